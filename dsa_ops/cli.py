@@ -1,0 +1,34 @@
+"""``dsa-ops``: the console script. Each subcommand lives in ``dsa_ops/commands/<name>.py``
+and defines ``HELP`` (one line), ``add_arguments(parser)`` and ``run(args) -> int``."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from typing import Optional, Sequence
+
+COMMANDS = ("demo",)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="dsa-ops",
+        description="The DSA sparse-indexer top-k as torch.library ops, with a compile-pipeline backend policy.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name in COMMANDS:
+        mod = importlib.import_module(f"dsa_ops.commands.{name}")
+        p = sub.add_parser(name, help=mod.HELP, description=mod.__doc__)
+        mod.add_arguments(p)
+        p.set_defaults(_run=mod.run)
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(args._run(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
