@@ -4,11 +4,13 @@
 """
 
 from dsa_ops import ops  # noqa: F401  (registers the generic ops)
-from dsa_ops.backends import Backend, Support, backends, load_builtin
+from dsa_ops import backends  # the package is callable: dsa_ops.backends() -> mapping
+from dsa_ops.backends import Backend, Support, load_builtin
 
 load_builtin()
 
+from dsa_ops import policy  # noqa: E402
 from dsa_ops.api import topk_decode, topk_prefill  # noqa: E402
 
 __version__ = "0.1.0"
-__all__ = ["topk_decode", "topk_prefill", "backends", "Backend", "Support", "__version__"]
+__all__ = ["topk_decode", "topk_prefill", "backends", "policy", "Backend", "Support", "__version__"]

@@ -8,8 +8,22 @@ import torch
 from torch import Tensor
 
 from dsa_ops import ops, validate
+from dsa_ops import policy as policy_mod
 from dsa_ops.backends import get
 from dsa_ops.backends.base import Query
+
+
+@torch.compiler.assume_constant_result
+def _policy_backend(family: str, device_type: str, k: int, compress_ratio: int, width: Optional[int], stable: bool,
+                    long: bool) -> str:
+    """The policy's backend name for a call; a host-only decision that dynamo folds to a
+    constant (the inputs it depends on are already guarded: shapes, and ``long``)."""
+    facts = policy_mod.facts_for(device_type, k, compress_ratio, width, stable)
+    return policy_mod.current().choose(family, facts, long if family == "prefill" else None).backend
+
+
+def _stable(stable: Optional[bool]) -> bool:
+    return policy_mod.current().stable if stable is None else bool(stable)
 
 
 def _backend_op(name: str, family: str, logits: Tensor, k: int, compress_ratio: int, stable: bool, out: bool):
@@ -29,7 +43,7 @@ def topk_decode(
     backend: Optional[str] = None,
     out: Optional[Tensor] = None,
     compress_ratio: int = 1,
-    stable: bool = False,
+    stable: Optional[bool] = None,
     check: bool = False,
 ) -> Tensor:
     """Per row, the columns of the k best logits among the row's first L_r (contract §1.1).
@@ -43,12 +57,14 @@ def topk_decode(
             next_n > 1 is ambiguous and rejected. Lengths are clamped to [0, W].
         k: slots per row, 1..4096.
         next_n: draft tokens per request (MTP); only the per-request layout uses it.
-        backend: a name from :func:`dsa_ops.backends`; None emits the generic op
-            ``dsa_ops::topk_decode`` (whose own kernel is the reference) for the compile
-            pass to retarget.
+        backend: a name from :func:`dsa_ops.backends`. None: under ``torch.compile`` emit
+            the generic op ``dsa_ops::topk_decode`` for ``passes.IndexerTopKPass`` to
+            retarget (its own kernel is the reference); eagerly, call the backend the
+            policy (:func:`dsa_ops.policy.current`) picks from host facts.
         out: optional (R, k) int32 contiguous buffer to write; it is returned.
         compress_ratio: the indexer's KV compression ratio (1 for DSA); read by the pass.
-        stable: lowest index wins ties and the valid prefix is in ascending index order.
+        stable: lowest index wins ties and the valid prefix is in ascending index order;
+            None takes the policy's ``stable`` flag.
         check: also check device values (lengths within [0, W]); synchronises.
 
     Returns:
@@ -65,12 +81,16 @@ def topk_decode(
     validate.check_decode(logits, lengths, k, next_n, compress_ratio)
     if out is not None:
         validate.check_out(out, logits, k)
+    stable = _stable(stable)
     if check:
         layout = validate.decode_layout(lengths, logits.shape[0], next_n)
         validate.check_decode_values(logits, lengths, next_n, layout)
-    if backend is None:
+    if backend is None and torch.compiler.is_compiling():
         op = ops.generic_op("decode", out=out is not None)
     else:
+        if backend is None:
+            backend = _policy_backend("decode", logits.device.type, k, compress_ratio, int(logits.shape[1]),
+                                      stable, False)
         op = _backend_op(backend, "decode", logits, k, compress_ratio, stable, out is not None)
     if out is None:
         return op(logits, lengths, k, next_n, compress_ratio, stable)
@@ -88,7 +108,7 @@ def topk_prefill(
     backend: Optional[str] = None,
     out: Optional[Tensor] = None,
     compress_ratio: int = 1,
-    stable: bool = False,
+    stable: Optional[bool] = None,
     check: bool = False,
 ) -> Tensor:
     """Per row, the k best logits of the window [row_starts[r], row_ends[r]) (contract §1.2).
@@ -99,13 +119,17 @@ def topk_prefill(
         row_starts, row_ends: (R,) int32, contiguous. Clamped to [0, N]; an empty or
             inverted window gives an all -1 row.
         k: slots per row, 1..4096.
-        max_seqlen_k: host int bound on the longest row (vLLM's ``chunk.max_seqlen_k``);
-            chooses the backend when ``backend`` is None. None derives nothing from device
-            data.
+        max_seqlen_k: host int bound on the longest row (vLLM's ``chunk.max_seqlen_k``).
+            With ``backend=None`` the policy compares it with its ``prefill_threshold``
+            in plain Python: a host branch eagerly, a dynamo guard when compiled (two
+            specializations: below / at-or-above; compile with the int dynamic, see
+            ``docs/policy.md``). None derives nothing from device data (no sync) and
+            takes the below-threshold backend.
         backend: a name from :func:`dsa_ops.backends`; None lets the policy choose.
         out: optional (R, k) int32 contiguous buffer to write; it is returned.
         compress_ratio: the indexer's KV compression ratio (1 for DSA).
-        stable: lowest index wins ties and the valid prefix is in ascending order.
+        stable: lowest index wins ties and the valid prefix is in ascending order;
+            None takes the policy's ``stable`` flag.
         check: also check device values (0 <= start <= end <= N); synchronises.
 
     Returns:
@@ -117,12 +141,19 @@ def topk_prefill(
         validate.check_out(out, logits, k)
     if max_seqlen_k is not None and (isinstance(max_seqlen_k, bool) or not isinstance(max_seqlen_k, int)):
         raise ValueError(f"max_seqlen_k: expected a host int or None, got {max_seqlen_k!r}")
+    stable = _stable(stable)
     if check:
         validate.check_prefill_values(logits, row_starts, row_ends)
     if backend is None:
-        op = ops.generic_op("prefill", out=out is not None)
-    else:
-        op = _backend_op(backend, "prefill", logits, k, compress_ratio, stable, out is not None)
+        # The host branch (a guard under dynamo): which side of the threshold are we on?
+        # An explicit `if` so dynamo guards on the comparison and passes on a constant.
+        long = False
+        if max_seqlen_k is not None and max_seqlen_k >= policy_mod.current().prefill_threshold:
+            long = True
+        # The chunk width N changes every step; under compile it stays symbolic (None).
+        width = None if torch.compiler.is_compiling() else int(logits.shape[1])
+        backend = _policy_backend("prefill", logits.device.type, k, compress_ratio, width, stable, long)
+    op = _backend_op(backend, "prefill", logits, k, compress_ratio, stable, out is not None)
     if out is None:
         return op(logits, row_starts, row_ends, k, compress_ratio, stable)
     op(logits, row_starts, row_ends, k, compress_ratio, stable, out)

@@ -7,6 +7,8 @@ optional dependencies (triton, aiter, vllm), which load inside the writers and p
 from __future__ import annotations
 
 import importlib
+import sys
+import types
 from types import MappingProxyType
 from typing import Mapping
 
@@ -52,5 +54,14 @@ def get(name: str) -> Backend:
     except KeyError:
         raise ValueError(f"backend: no backend named {name!r}; registered: {sorted(BACKENDS)}") from None
 
+
+class _CallableModule(types.ModuleType):
+    """Lets ``dsa_ops.backends`` be both this package and the function ``backends()``."""
+
+    def __call__(self, include_test_only: bool = False) -> Mapping[str, Backend]:
+        return backends(include_test_only)
+
+
+sys.modules[__name__].__class__ = _CallableModule
 
 __all__ = ["Backend", "Query", "Support", "BACKENDS", "backends", "get", "register", "load_builtin"]

@@ -1,0 +1,178 @@
+"""The decode rewrite: retarget ``dsa_ops::topk_decode`` nodes to the policy's backend op.
+
+A captured decode graph cannot see the live context length, so the backend is chosen
+once per node from host facts: the device's platform and arch, k, compress_ratio, the
+width and the stable flag, read from the node's arguments and ``meta["val"]``. The row
+count and the lengths are never looked at. Every backend op has the generic op's schema,
+so a rewrite only changes the call target (functional form) or the mutable op carried by
+``auto_functionalized`` / ``auto_functionalized_v2`` (the ``out=`` form).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+from dataclasses import dataclass
+from typing import Any, Iterable, Optional, Union
+
+import torch
+from torch import fx
+from torch._inductor.custom_graph_pass import CustomGraphPass
+
+import dsa_ops
+from dsa_ops import ops
+from dsa_ops import policy as policy_mod
+from dsa_ops.backends import get as get_backend
+
+log = logging.getLogger("dsa_ops.passes")
+
+_SCHEMA_DEFAULTS = {"k": 2048, "next_n": 1, "compress_ratio": 1, "stable": False}
+_ARG_ORDER = ("logits", "lengths", "k", "next_n", "compress_ratio", "stable")
+
+
+@dataclass(frozen=True)
+class Rewrite:
+    """One retargeted node: which, to what, and why."""
+
+    node: str
+    form: str  # "functional" or "out"
+    backend: str
+    reason: str
+    k: int
+    compress_ratio: int
+    width: Optional[int]
+
+
+def _auto_functionalized_targets() -> tuple[Any, ...]:
+    hops = []
+    for name in ("auto_functionalized", "auto_functionalized_v2"):
+        hop = getattr(torch.ops.higher_order, name, None)
+        if hop is not None:
+            hops.append(hop)
+    return tuple(hops)
+
+
+def _arg(node_args: tuple, node_kwargs: dict, name: str) -> Any:
+    i = _ARG_ORDER.index(name)
+    if i < len(node_args):
+        return node_args[i]
+    return node_kwargs.get(name, _SCHEMA_DEFAULTS.get(name))
+
+
+def _width(logits: Any) -> Optional[int]:
+    val = logits.meta.get("val") if isinstance(logits, fx.Node) else None
+    if val is None:
+        return None
+    w = val.shape[1]
+    return w if isinstance(w, int) else None  # symbolic width: no width-band rule can match
+
+
+def _device(logits: Any) -> str:
+    val = logits.meta.get("val") if isinstance(logits, fx.Node) else None
+    return val.device.type if val is not None else "cpu"
+
+
+def _generic_decode_nodes(graph: fx.Graph) -> Iterable[tuple[fx.Node, str, tuple, dict]]:
+    """(node, form, args, kwargs) for each generic decode call, functional or out form."""
+    functional = ops.generic_op("decode")
+    out_op = ops.generic_op("decode", out=True)
+    hops = _auto_functionalized_targets()
+    for node in list(graph.nodes):
+        if node.op != "call_function":
+            continue
+        if node.target is functional or node.target is functional.overloadpacket:
+            yield node, "functional", tuple(node.args), dict(node.kwargs)
+        elif node.target is out_op:  # a mutating call left unfunctionalized (plain FX graphs)
+            yield node, "out", tuple(node.args), dict(node.kwargs)
+        elif node.target in hops and node.args and node.args[0] is out_op:
+            yield node, "auto_functionalized", (), dict(node.kwargs)
+
+
+def rewrite_graph(graph: fx.Graph, policy: Optional[policy_mod.Policy] = None) -> list[Rewrite]:
+    """Retarget every generic decode node in ``graph``; return what was done."""
+    pol = policy or policy_mod.current()
+    done = []
+    for node, form, args, kwargs in _generic_decode_nodes(graph):
+        logits = _arg(args, kwargs, "logits")
+        k, cr = _arg(args, kwargs, "k"), _arg(args, kwargs, "compress_ratio")
+        stable = bool(_arg(args, kwargs, "stable"))
+        width = _width(logits)
+        facts = policy_mod.facts_for(_device(logits), k, cr, width, stable)
+        choice = pol.choose("decode", facts)
+        backend = get_backend(choice.backend)
+        if form == "functional":
+            node.target = ops.backend_op(backend.name, "decode")
+        elif form == "out":
+            node.target = ops.backend_op(backend.name, "decode", out=True)
+        else:
+            node.args = (ops.backend_op(backend.name, "decode", out=True),) + tuple(node.args[1:])
+        rw = Rewrite(node.name, "functional" if form == "functional" else "out", backend.name,
+                     choice.reason, k, cr, width)
+        log.info("dsa_ops pass: %s (%s) -> %s: %s", rw.node, rw.form, rw.backend, rw.reason)
+        for why in choice.skipped:
+            log.info("dsa_ops pass:   skipped %s", why)
+        done.append(rw)
+    return done
+
+
+def rewrite_topk(gm_or_graph: Union[fx.GraphModule, fx.Graph], policy: Optional[policy_mod.Policy] = None) -> int:
+    """Plain FX entry point (aot_eager, custom backends): rewrite in place, return the count."""
+    graph = gm_or_graph.graph if isinstance(gm_or_graph, fx.GraphModule) else gm_or_graph
+    n = len(rewrite_graph(graph, policy))
+    if isinstance(gm_or_graph, fx.GraphModule) and n:
+        gm_or_graph.recompile()
+    return n
+
+
+_SOURCES = tuple(
+    os.path.join(os.path.dirname(mod.__file__), name)
+    for mod, name in ((dsa_ops, "policy.py"), (dsa_ops, "ops.py"), (dsa_ops, "validate.py"))
+) + (os.path.abspath(__file__),)
+
+
+class IndexerTopKPass(CustomGraphPass):
+    """Inductor post-grad pass: decode top-k nodes -> the policy's backend op.
+
+    Args:
+        policy: a :class:`dsa_ops.policy.Policy`; None reads :func:`dsa_ops.policy.current`
+            at each call (and at each :meth:`uuid`).
+
+    ``rewrites`` accumulates every :class:`Rewrite` made; ``count`` is its length.
+    """
+
+    def __init__(self, policy: Optional[policy_mod.Policy] = None) -> None:
+        self.policy = policy
+        self.rewrites: list[Rewrite] = []
+
+    @property
+    def count(self) -> int:
+        return len(self.rewrites)
+
+    def _policy(self) -> policy_mod.Policy:
+        return self.policy or policy_mod.current()
+
+    def __call__(self, graph: fx.Graph) -> None:
+        self.rewrites.extend(rewrite_graph(graph, self._policy()))
+
+    def uuid(self) -> str:
+        """Covers the pass and policy sources, the policy hash, the device arch and the
+        versions of the backends this policy can pick, so Inductor's cache never reuses an
+        artifact compiled under another policy or another backend build."""
+        pol = self._policy()
+        h = hashlib.sha256()
+        for path in _SOURCES:
+            with open(path, "rb") as f:
+                h.update(f.read())
+        h.update(pol.content_hash().encode())
+        for dev in ("cpu", "cuda"):
+            h.update(repr(policy_mod.device_platform(dev)).encode())
+        for name in pol.backends_named():
+            try:
+                b = get_backend(name)
+            except ValueError:
+                h.update(f"{name}:unregistered".encode())
+                continue
+            avail = b.availability()
+            h.update(f"{name}:{bool(avail)}:{b.version() if avail else ''}".encode())
+        return h.hexdigest()
