@@ -17,6 +17,8 @@ from dsa_ops.backends.base import Backend, Query, Support
 _MODULES = (
     "dsa_ops.backends.reference",
     "dsa_ops.backends.torch_topk",
+    "dsa_ops.backends.aiter",
+    "dsa_ops.backends.vllm_intree",
 )
 
 BACKENDS: dict[str, Backend] = {}
