@@ -56,15 +56,23 @@ def _query(family: str, logits: Tensor, k: int, compress_ratio: int, stable: boo
 
 
 def _register(qualname: str, family: str, writer_of: Callable[[], Callable], backend: Backend | None) -> None:
+    from dsa_ops.backends import BACKENDS
+
     """Register the functional and the ``_out`` op for one (backend, family)."""
 
     def run(logits, args, k, compress_ratio, stable, out):
         # args: the writer's arguments between logits and stable, in its own order.
         if backend is not None:
-            sup = backend.check(_query(family, logits, k, compress_ratio, stable))
+            # Look the record up at call time: a re-registered backend replaces the old one.
+            current = BACKENDS.get(backend.name)
+            if current is None:
+                raise ValueError(f"{NAMESPACE}::{qualname}: backend {backend.name!r} is no longer registered")
+            sup = current.check(_query(family, logits, k, compress_ratio, stable))
             if not sup:
                 raise ValueError(f"{NAMESPACE}::{qualname}: {sup.reason}")
-        elif logits.device.type != "cpu":
+            getattr(current, family)(logits, *args, stable, out)
+            return
+        if logits.device.type != "cpu":
             _warn_generic_on_device(family, logits.device.type)
         writer_of()(logits, *args, stable, out)
 

@@ -29,40 +29,60 @@ def _lengths(batch: int, width: int, k: int, seed: int, device: str) -> torch.Te
     return torch.tensor((fixed + rand)[:batch], dtype=torch.int32, device=device)
 
 
+HIDDEN, HEADS, DIM = 64, 4, 32
+
+
+def build_step(device: str, batch: int, width: int, layers: int, k: int, seed: int):
+    """The demo's decode step and its example inputs (hidden, k_cache, lengths)."""
+    from dsa_ops.indexer import DecodeStep, random_inputs
+
+    torch.manual_seed(seed)
+    step = DecodeStep(layers, HIDDEN, HEADS, DIM, k=k).to(device).eval()
+    h, kc = random_inputs(batch, width, HIDDEN, DIM, device=device, seed=seed)
+    return step, (h, kc, _lengths(batch, width, k, seed, device))
+
+
 def run(args: argparse.Namespace) -> int:
     import dsa_ops
-    from dsa_ops.indexer import DecodeStep, indexer_logits, random_inputs
+    import passes
+    from dsa_ops.indexer import indexer_logits
     from dsa_ops.testing import assert_decode_equivalent
+    from torch._inductor import config as inductor_config
 
-    torch.manual_seed(args.seed)
-    hidden, heads, dim = 64, 4, 32
-    step = DecodeStep(args.layers, hidden, heads, dim, k=args.k).to(args.device).eval()
-    h, kc = random_inputs(args.batch, args.width, hidden, dim, device=args.device, seed=args.seed)
-    lengths = _lengths(args.batch, args.width, args.k, args.seed, args.device)
+    step, (h, kc, lengths) = build_step(args.device, args.batch, args.width, args.layers, args.k, args.seed)
     print(f"dsa-ops {dsa_ops.__version__} demo on {args.device}: {args.layers} indexer layers, "
           f"batch {args.batch}, W={args.width}, k={args.k}")
     print(f"  lengths: {lengths.tolist()}")
 
-    def check(name: str, got: torch.Tensor) -> None:
+    def check(name: str, got: torch.Tensor, lengths: torch.Tensor) -> None:
         with torch.no_grad():
             for layer, (qp, wp) in enumerate(zip(step.q_proj, step.w_proj)):
-                logits = indexer_logits(qp(h).view(args.batch, heads, dim), kc, wp(h))
+                logits = indexer_logits(qp(h).view(args.batch, HEADS, DIM), kc, wp(h))
                 assert_decode_equivalent(got[layer], logits, lengths, args.k)
         valid = (got[0] >= 0).sum(dim=1).tolist()
         print(f"  {name}: matches the reference on all {args.layers} layers; valid slots per row {valid}")
 
+    pol = dsa_ops.policy.current()
     with torch.no_grad():
         t0 = time.perf_counter()
         eager = step(h, kc, lengths)
         print(f"eager     {1e3 * (time.perf_counter() - t0):8.1f} ms")
-        check("eager", eager)
-        compiled = torch.compile(step, fullgraph=True, backend=args.compile_backend)
-        t0 = time.perf_counter()
-        got = compiled(h, kc, lengths)
-        print(f"compiled  {1e3 * (time.perf_counter() - t0):8.1f} ms (first call: {args.compile_backend} compile)")
-        check("compiled", got)
+        check("eager", eager, lengths)
+        # fx_graph_cache off so the pass visibly runs (a cache hit would skip it).
+        with passes.install(pol) as pass_, inductor_config.patch(fx_graph_cache=False):
+            compiled = torch.compile(step, fullgraph=True, backend=args.compile_backend)
+            t0 = time.perf_counter()
+            got = compiled(h, kc, lengths)
+            print(f"compiled  {1e3 * (time.perf_counter() - t0):8.1f} ms (first call: {args.compile_backend} compile)")
+        if args.compile_backend == "inductor":
+            print(f"  IndexerTopKPass rewrote {pass_.count} generic dsa_ops::topk_decode node(s):")
+            for rw in pass_.rewrites:
+                print(f"    {rw.node} -> dsa_ops::topk_decode_{rw.backend}  ({rw.reason})")
+        else:
+            print(f"  (the pass runs in Inductor's post-grad pipeline; backend {args.compile_backend!r} kept the "
+                  f"generic op, whose kernel is the reference)")
+        check("compiled", got, lengths)
         lengths = lengths.flip(0).contiguous()
-        got = compiled(h, kc, lengths)
-        check("compiled, new lengths", got)
+        check("compiled, new lengths", compiled(h, kc, lengths), lengths)
     print("demo OK")
     return 0

@@ -1,0 +1,94 @@
+"""Prefill: the host branch on max_seqlen_k, eager and as a dynamo guard (two graphs)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch._dynamo.testing import CompileCounterWithBackend
+
+import dsa_ops
+from dsa_ops import ops
+from dsa_ops import policy as P
+from dsa_ops.testing import assert_prefill_equivalent
+from tests.standins import standin_backend
+
+THRESHOLD = 1000
+
+
+def _inputs(rows=6, width=400, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(rows, width, generator=g)
+    starts = torch.randint(0, 100, (rows,), generator=g, dtype=torch.int32)
+    ends = (starts + torch.randint(0, 300, (rows,), generator=g, dtype=torch.int32)).to(torch.int32)
+    return x, starts, ends
+
+
+@pytest.fixture
+def routed():
+    """A policy whose long side goes to a test-only stand-in for AITER."""
+    with standin_backend("standin_aiter_prefill") as long_name:
+        pol = P.Policy(decode=(P.Rule("reference"),),
+                       prefill=(P.Rule(long_name, "long chunks (AITER stand-in)", long=True),
+                                P.Rule("torch_topk", "short chunks")),
+                       prefill_threshold=THRESHOLD)
+        with P.use(pol):
+            yield long_name
+
+
+class OpRecorder:
+    """Collects the prefill ops that appear in each compiled graph."""
+
+    def __init__(self):
+        self.graphs: list[set] = []
+
+    def __call__(self, gm, example_inputs):
+        self.graphs.append({n.target for n in gm.graph.nodes if n.op == "call_function"})
+        return gm.forward
+
+
+def _expected(name: str):
+    return ops.backend_op(name, "prefill")
+
+
+def test_eager_host_branch(routed, monkeypatch):
+    x, s, e = _inputs()
+    calls = []
+    real = ops.backend_op
+    monkeypatch.setattr(ops, "backend_op", lambda name, fam, out=False: calls.append(name) or real(name, fam, out))
+    for m, want in ((1, "torch_topk"), (THRESHOLD - 1, "torch_topk"), (THRESHOLD, routed), (10**6, routed),
+                    (None, "torch_topk")):
+        calls.clear()
+        out = dsa_ops.topk_prefill(x, s, e, k=64, max_seqlen_k=m)
+        assert calls == [want], (m, calls)
+        assert_prefill_equivalent(out, x, s, e, 64)
+
+
+@pytest.mark.parametrize("how", ["dynamic_sources", "dynamic=True"])
+def test_compiled_two_specializations(routed, how):
+    x, s, e = _inputs()
+    rec = OpRecorder()
+    cnt = CompileCounterWithBackend(rec)
+
+    def prefill(x, s, e, max_seqlen_k):
+        return dsa_ops.topk_prefill(x, s, e, k=64, max_seqlen_k=max_seqlen_k)
+
+    torch._dynamo.reset()
+    values = [5, 17, THRESHOLD - 1, THRESHOLD, 4096, 2, 70000, 999, 1001, 33]
+    if how == "dynamic_sources":
+        with torch.compiler.config.patch(dynamic_sources="L['max_seqlen_k']"):
+            fn = torch.compile(prefill, fullgraph=True, backend=cnt)
+            outs = [(m, fn(x, s, e, m)) for m in values]
+    else:
+        fn = torch.compile(prefill, fullgraph=True, backend=cnt, dynamic=True)
+        outs = [(m, fn(x, s, e, m)) for m in values]
+    assert cnt.frame_count == 2
+    assert _expected("torch_topk") in rec.graphs[0] and _expected(routed) not in rec.graphs[0]
+    assert _expected(routed) in rec.graphs[1] and _expected("torch_topk") not in rec.graphs[1]
+    for _, out in outs:
+        assert_prefill_equivalent(out, x, s, e, 64)
+
+
+def test_max_seqlen_k_must_be_host_int():
+    x, s, e = _inputs()
+    with pytest.raises(ValueError, match="max_seqlen_k"):
+        dsa_ops.topk_prefill(x, s, e, k=64, max_seqlen_k=torch.tensor(5))
