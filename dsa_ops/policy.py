@@ -24,7 +24,7 @@ from typing import Any, Optional
 import torch
 
 from dsa_ops.backends import get as get_backend
-from dsa_ops.backends.base import Query, Support
+from dsa_ops.backends.base import Query, Support  # noqa: F401  (Query re-exported)
 
 ENV_VAR = "DSA_OPS_POLICY"
 # Measured on gfx950 by vLLM PR #61943: AITER's top-k wins prefill once a chunk's
