@@ -35,11 +35,12 @@ def assert_window_equivalent(
     assert tuple(got.shape) == (rows, k), f"shape {tuple(got.shape)}, expected {(rows, k)}"
     if rows == 0:
         return
-    got = got.cpu()
-    logits = logits.cpu()
-    s = starts.cpu().to(torch.int64).clamp(0, width)
-    e = ends.cpu().to(torch.int64).clamp(0, width)
-    want = torch.empty((rows, k), dtype=torch.int32)
+    # Everything stays on the logits' device: checking thousands of GPU replays is cheap.
+    dev = logits.device
+    got = got.to(dev)
+    s = starts.to(dev, torch.int64).clamp(0, width)
+    e = ends.to(dev, torch.int64).clamp(0, width)
+    want = torch.empty((rows, k), dtype=torch.int32, device=dev)
     reference.select_window(logits, s, e, k, want)
     if stable:
         bad = (got != want).any(dim=1)
@@ -47,8 +48,8 @@ def assert_window_equivalent(
             _fail("stable result differs from the reference", int(bad.nonzero()[0, 0]), got, want)
         return
     length = (e - s).clamp(min=0)
-    m = torch.minimum(length, torch.tensor(k))[:, None]
-    slot = torch.arange(k)[None, :]
+    m = length.clamp(max=k)[:, None]
+    slot = torch.arange(k, device=dev)[None, :]
     g = got.to(torch.int64)
     valid_slot = slot < m
     # Shape of the row: in-range prefix, -1 tail.
@@ -81,7 +82,7 @@ def assert_decode_equivalent(
     """:func:`assert_window_equivalent` for a decode call (any lengths layout)."""
     rows, width = logits.shape
     layout = decode_layout(lengths, rows, next_n)
-    ends = reference.row_lengths(lengths.cpu(), rows, next_n, layout, clamp_to=width)
+    ends = reference.row_lengths(lengths.to(logits.device), rows, next_n, layout, clamp_to=width)
     assert_window_equivalent(got, logits, torch.zeros_like(ends), ends, k, stable=stable)
 
 
