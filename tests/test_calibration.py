@@ -1,0 +1,85 @@
+"""Crossover finding of dsa-ops calibrate, on synthetic timings (no GPU needed)."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from dsa_ops import calibration as C
+from dsa_ops import policy as P
+
+M = C.Measurement
+
+
+def _decode(fast_small: str, fast_large: str, cut: int) -> list[M]:
+    ms = []
+    for w in (8192, 133120, 1048576):
+        for rows in (1, 16):
+            for L in (4096, 131072):
+                win = fast_small if w < cut else fast_large
+                for b in ("reference", "torch_topk"):
+                    ms.append(M("decode", b, rows, L, w, 10.0 if b == win else 30.0))
+    return ms
+
+
+def _prefill(cross: int, short: str = "torch_topk", long: str = "reference") -> list[M]:
+    ms = []
+    for m in (4096, 16384, 32768, 65536, 131072):
+        ms.append(M("prefill", short, 16384, m, m, 100.0 if m < cross else 300.0))
+        ms.append(M("prefill", long, 16384, m, m, 200.0))
+    return ms
+
+
+def test_decode_bands_merge_and_split():
+    bands = C.decode_bands(_decode("torch_topk", "reference", cut=1_000_000))
+    assert [(b.min_width, b.max_width, b.backend) for b in bands] == [
+        (0, 1048576, "torch_topk"), (1048576, None, "reference")]
+    assert bands[0].points == 8 and bands[0].score == pytest.approx(1.0)
+    one = C.decode_bands(_decode("torch_topk", "torch_topk", cut=0))
+    assert [(b.min_width, b.max_width, b.backend) for b in one] == [(0, None, "torch_topk")]
+
+
+@pytest.mark.parametrize("cross", [16384, 32768, 65536])
+def test_prefill_threshold_finds_the_crossover(cross):
+    thr = C.prefill_threshold(_prefill(cross))
+    assert thr.crossover and (thr.threshold, thr.below, thr.above) == (cross, "torch_topk", "reference")
+    assert thr.cost == pytest.approx(0.0)
+
+
+def test_prefill_no_crossover_keeps_one_backend():
+    thr = C.prefill_threshold(_prefill(cross=10**9))  # short backend wins everywhere
+    assert not thr.crossover and thr.below == thr.above == "torch_topk"
+
+
+def test_deterministic_under_reordering():
+    ms = _decode("torch_topk", "reference", 200000) + _prefill(32768)
+    a = C.build_policy(ms, "cuda", "sm_90", {"device": "X"})
+    shuffled = ms[:]
+    random.Random(1).shuffle(shuffled)
+    b = C.build_policy(shuffled, "cuda", "sm_90", {"device": "X"})
+    assert a.content_hash() == b.content_hash()
+
+
+def test_built_policy_loads_and_routes(tmp_path):
+    ms = _decode("torch_topk", "reference", 200000) + _prefill(65536)
+    pol = C.build_policy(ms, "cpu", "", {"device": "synthetic", "date": "2026-12-02"})
+    path = tmp_path / "cal.json"
+    P.save(pol, path)
+    loaded = P.load(path)
+    assert loaded.content_hash() == pol.content_hash()
+    assert loaded.prefill_threshold == 65536
+    assert json.loads(path.read_text())["meta"]["measurements"]
+    f = lambda w: P.facts_for("cpu", 2048, 1, w)  # noqa: E731
+    assert loaded.choose("decode", f(133120)).backend == "torch_topk"
+    assert loaded.choose("decode", f(1048576)).backend == "reference"
+    assert loaded.choose("prefill", f(None), long=loaded.is_long(65535)).backend == "torch_topk"
+    assert loaded.choose("prefill", f(None), long=loaded.is_long(65536)).backend == "reference"
+
+
+def test_incomplete_or_bad_timings_are_rejected():
+    with pytest.raises(ValueError, match="every decode point"):
+        C.decode_bands([M("decode", "a", 1, 1, 8, 1.0), M("decode", "b", 1, 2, 8, 1.0)])
+    with pytest.raises(ValueError, match="non-finite"):
+        C.decode_bands([M("decode", "a", 1, 1, 8, float("nan"))])
