@@ -1,0 +1,200 @@
+"""Test doubles of the foreign top-k kernels (AITER, vLLM in-tree), written from their
+documented contracts (docs: /work/shared/docs/topk-contract.md §2.1, §2.2, §3.2, §5).
+
+The doubles are not kernels: they loop over rows in Python. What they model is the
+interface each kernel really has, including the parts our adapters must work around:
+
+* AITER decode reads ``seqLens`` flat at ``r // next_n``, clamps nothing, and addresses
+  rows by ``stride0``; AITER prefill returns chunk-global columns.
+* The in-tree decode reads a 2-D ``seq_lens`` per row and a 1-D one per request, clamps at
+  0 only; in-tree prefill returns row-local indices and clamps nothing.
+* Ties are taken in an arbitrary (seeded random) order and the valid prefix is shuffled,
+  except in AITER's ``stable`` mode (lowest index wins, ascending order).
+
+Where a real kernel would misbehave silently (read past a row, write before a row, launch
+a zero-size grid) the double raises :class:`KernelPreconditionError`, so an adapter that
+lets such an input through fails the test instead of passing by luck.
+"""
+
+from __future__ import annotations
+
+import inspect
+import sys
+import types
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import torch
+from torch import Tensor
+
+from dsa_ops.backends.reference import order_key
+
+
+class KernelPreconditionError(AssertionError):
+    """The input would be undefined behaviour for the real kernel."""
+
+
+@dataclass
+class CallLog:
+    """What the adapters passed to a double (one dict per call)."""
+
+    calls: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _check_common(logits: Tensor, indices: Tensor, num_rows: int, k: int) -> None:
+    if logits.dtype != torch.float32:
+        raise KernelPreconditionError(f"logits must be float32, got {logits.dtype}")
+    if indices.dtype != torch.int32 or not indices.is_contiguous() or tuple(indices.shape) != (num_rows, k):
+        raise KernelPreconditionError(f"indices must be contiguous int32 ({num_rows}, {k}), got {indices.shape}")
+
+
+def _row(logits: Tensor, stride0: int, r: int, end: int) -> Tensor:
+    """Row r's first ``end`` values, addressed by ``stride0`` as the kernels do."""
+    return logits.as_strided((end,), (1,), logits.storage_offset() + r * stride0)
+
+
+def _emit(values: Tensor, start: int, end: int, k: int, stable: bool, gen: torch.Generator) -> Tensor:
+    """k slots for window [start, end) of a row: column numbers in window space + start."""
+    n = end - start
+    slots = torch.full((k,), -1, dtype=torch.int64)
+    if n <= 0:
+        return slots
+    if n <= k:  # trivial path of every kernel: 0..n-1 in order, then -1
+        slots[:n] = torch.arange(n) + start
+        return slots
+    key = order_key(values[start:end].reshape(1, -1))[0]
+    # Tie-break: column (stable) or a random rank (atomic order stand-in).
+    tie = torch.arange(n) if stable else torch.randperm(n, generator=gen)
+    chosen = torch.topk((key << 31) | tie, k, largest=False).indices
+    chosen = chosen.sort().values if stable else chosen[torch.randperm(k, generator=gen)]
+    return chosen + start
+
+
+@dataclass
+class AiterDouble:
+    """Stand-in for ``aiter.ops.topk``: ``top_k_per_row_decode`` / ``top_k_per_row_prefill``."""
+
+    with_stable: bool = True
+    version: str = "0.1.25+double"
+    log: CallLog = field(default_factory=CallLog)
+    gen: torch.Generator = field(default_factory=lambda: torch.Generator().manual_seed(0))
+
+    def decode(self, logits, next_n, seqLens, indices, numRows, stride0, stride1, k=2048, stable=False):
+        self.log.calls.append(dict(fn="decode", next_n=next_n, seqLens=seqLens.clone(), numRows=numRows,
+                                   stride0=stride0, stride1=stride1, k=k, stable=stable))
+        if numRows <= 0:
+            return
+        _check_common(logits, indices, numRows, k)
+        flat = seqLens.reshape(-1)  # the kernel reads an int pointer: layout is lost
+        width = logits.shape[1]
+        for r in range(numRows):
+            end = int(flat[r // next_n]) - next_n + r % next_n + 1  # no clamp either way
+            if end > width:
+                raise KernelPreconditionError(f"row {r}: rowEnd {end} > width {width}: AITER reads past the row")
+            vals = _row(logits, stride0, r, max(end, 0))
+            indices[r] = _emit(vals, 0, end, k, stable, self.gen).to(torch.int32)
+
+    def prefill(self, logits, rowStarts, rowEnds, indices, values, numRows, stride0, stride1, k=2048,
+                stable=False):
+        self.log.calls.append(dict(fn="prefill", rowStarts=rowStarts.clone(), rowEnds=rowEnds.clone(),
+                                   values=values, numRows=numRows, stride0=stride0, stride1=stride1, k=k,
+                                   stable=stable))
+        if numRows <= 0:
+            return
+        _check_common(logits, indices, numRows, k)
+        width = logits.shape[1]
+        for r in range(numRows):
+            s, e = int(rowStarts[r]), int(rowEnds[r])
+            if s < 0 or e > width:
+                raise KernelPreconditionError(f"row {r}: window [{s}, {e}) outside [0, {width}]")
+            vals = _row(logits, stride0, r, max(e, 0))
+            indices[r] = _emit(vals, s, e, k, stable, self.gen).to(torch.int32)  # chunk-global
+
+    def module(self) -> types.ModuleType:
+        """A module object with AITER's two entry points (and their signatures)."""
+        mod = types.ModuleType("aiter.ops.topk")
+        if self.with_stable:
+            mod.top_k_per_row_decode = self.decode
+            mod.top_k_per_row_prefill = self.prefill
+        else:  # AITER 0.1.19: no `stable` parameter
+            def decode(logits, next_n, seqLens, indices, numRows, stride0, stride1, k=2048):
+                return self.decode(logits, next_n, seqLens, indices, numRows, stride0, stride1, k)
+
+            def prefill(logits, rowStarts, rowEnds, indices, values, numRows, stride0, stride1, k=2048):
+                return self.prefill(logits, rowStarts, rowEnds, indices, values, numRows, stride0, stride1, k)
+
+            mod.top_k_per_row_decode, mod.top_k_per_row_prefill = decode, prefill
+        return mod
+
+    def install(self, monkeypatch) -> None:
+        """Put ``aiter``, ``aiter.ops`` and ``aiter.ops.topk`` doubles into ``sys.modules``."""
+        top, ops = types.ModuleType("aiter"), types.ModuleType("aiter.ops")
+        top.__version__ = self.version
+        topk = self.module()
+        top.ops, ops.topk = ops, topk
+        for name, mod in (("aiter", top), ("aiter.ops", ops), ("aiter.ops.topk", topk)):
+            monkeypatch.setitem(sys.modules, name, mod)
+
+
+# vLLM 0.33.0's registered schemas (from the compiled extension's registration strings).
+VLLM_SCHEMAS = {
+    "top_k_per_row_decode": "(Tensor logits, int next_n, Tensor seq_lens, Tensor! indices, int numRows, "
+    "int stride0, int stride1, int topK) -> ()",
+    "top_k_per_row_prefill": "(Tensor logits, Tensor rowStarts, Tensor rowEnds, Tensor! indices, "
+    "int numRows, int stride0, int stride1, int topK) -> ()",
+}
+VLLM_DOUBLE_NAMESPACE = "dsa_ops_test_vllm_double"
+VLLM_LOG = CallLog()
+_VLLM_GEN = torch.Generator().manual_seed(1)
+_vllm_lib: Optional[torch.library.Library] = None
+
+
+def _vllm_decode(logits, next_n, seq_lens, indices, numRows, stride0, stride1, topK) -> None:
+    VLLM_LOG.calls.append(dict(fn="decode", next_n=next_n, seq_lens=seq_lens.clone(), numRows=numRows,
+                               stride0=stride0, stride1=stride1, k=topK))
+    if numRows <= 0:
+        raise KernelPreconditionError("numRows == 0: the in-tree kernel launches a zero-size grid")
+    _check_common(logits, indices, numRows, topK)
+    flat, width = seq_lens.reshape(-1), logits.shape[1]
+    for r in range(numRows):
+        if seq_lens.dim() == 2:  # any 2-D seq_lens is read per row
+            end = max(0, int(flat[r]))
+        else:
+            end = max(0, int(flat[r // next_n]) - next_n + r % next_n + 1)
+        if end > width:
+            raise KernelPreconditionError(f"row {r}: length {end} > width {width}: the kernel reads past the row")
+        indices[r] = _emit(_row(logits, stride0, r, end), 0, end, topK, False, _VLLM_GEN).to(torch.int32)
+
+
+def _vllm_prefill(logits, rowStarts, rowEnds, indices, numRows, stride0, stride1, topK) -> None:
+    VLLM_LOG.calls.append(dict(fn="prefill", rowStarts=rowStarts.clone(), rowEnds=rowEnds.clone(),
+                               numRows=numRows, stride0=stride0, stride1=stride1, k=topK))
+    if numRows <= 0:
+        raise KernelPreconditionError("numRows == 0: the in-tree kernel launches a zero-size grid")
+    _check_common(logits, indices, numRows, topK)
+    width = logits.shape[1]
+    for r in range(numRows):
+        s, e = int(rowStarts[r]), int(rowEnds[r])
+        if e < s:
+            raise KernelPreconditionError(f"row {r}: end {e} < start {s}: the kernel writes before the row")
+        if s < 0 or e > width:
+            raise KernelPreconditionError(f"row {r}: window [{s}, {e}) outside [0, {width}]")
+        local = _emit(_row(logits, stride0, r, e), s, e, topK, False, _VLLM_GEN)
+        indices[r] = torch.where(local >= 0, local - s, -1).to(torch.int32)  # row-local
+
+
+def register_vllm_double() -> str:
+    """Define (once per process) ops with vLLM's schemas in a test namespace; return it."""
+    global _vllm_lib
+    if _vllm_lib is None:
+        lib = torch.library.Library(VLLM_DOUBLE_NAMESPACE, "DEF")
+        for name, schema in VLLM_SCHEMAS.items():
+            lib.define(name + schema)
+        lib.impl("top_k_per_row_decode", _vllm_decode, "CompositeExplicitAutograd")
+        lib.impl("top_k_per_row_prefill", _vllm_prefill, "CompositeExplicitAutograd")
+        _vllm_lib = lib
+    return VLLM_DOUBLE_NAMESPACE
+
+
+def signature_params(fn) -> list[str]:
+    return list(inspect.signature(fn).parameters)
