@@ -11,13 +11,23 @@ from __future__ import annotations
 
 import torch
 from torch import Tensor
+from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 MAX_K = 4096
 
 
-def _known(x) -> bool:
-    """True if ``x`` is a plain int (not a symbolic size we must not guard on)."""
-    return isinstance(x, int)
+def _surely(cond) -> bool:
+    """True iff ``cond`` certainly holds: a plain bool as is, a symbolic one only if provable.
+
+    Never adds a guard, so an unbacked size (e.g. rows from ``torch.nonzero``) cannot fail
+    tracing. ``isinstance(x, int)`` cannot tell sizes apart: under dynamo a SymInt passes it.
+    """
+    return statically_known_true(cond)
+
+
+def _decided_eq(a, b) -> bool:
+    """Whether ``a == b`` is known either way without guarding."""
+    return _surely(a == b) or _surely(a != b)
 
 
 def _desc(t: Tensor) -> str:
@@ -41,9 +51,9 @@ def check_logits(logits) -> None:
     rows, width = logits.shape
     s0, s1 = logits.stride()
     # A size-1 dimension's stride is meaningless; only check strides that address memory.
-    if _known(width) and width > 1 and _known(s1) and s1 != 1:
+    if _surely(width > 1) and _surely(s1 != 1):
         raise ValueError(f"logits: expected stride(1) == 1 (rows contiguous), got {_desc(logits)}")
-    if _known(rows) and rows > 1 and _known(s0) and _known(width) and s0 < width:
+    if _surely(rows > 1) and _surely(s0 < width):
         raise ValueError(f"logits: expected row pitch stride(0) >= width, got {_desc(logits)}")
 
 
@@ -76,7 +86,7 @@ def decode_layout(lengths: Tensor, rows, next_n: int) -> str:
     then return "symbolic" and leave the check to the real kernel.
     """
     numel = lengths.numel()
-    if not (_known(numel) and _known(rows)):
+    if not (_decided_eq(numel, rows) and _decided_eq(numel * next_n, rows)):
         return "symbolic"
     if lengths.dim() == 2:
         if next_n > 1 and lengths.shape[1] == 1 and numel * next_n == rows and numel != rows:
@@ -121,7 +131,7 @@ def check_prefill(logits, row_starts, row_ends, k, compress_ratio=1) -> None:
         _check_index_tensor(name, t, logits.device)
         if t.dim() != 1:
             raise ValueError(f"{name}: expected a 1-D tensor of shape ({rows},), got {_desc(t)}")
-        if _known(t.shape[0]) and _known(rows) and t.shape[0] != rows:
+        if _surely(t.shape[0] != rows):
             raise ValueError(f"{name}: expected shape ({rows},) (one per logits row), got {_desc(t)}")
     check_k(k)
     check_compress_ratio(compress_ratio)
