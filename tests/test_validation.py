@@ -1,0 +1,266 @@
+"""Bad input: a ValueError that names the argument, raised before anything touches ``out``,
+through the public API and through the ops called directly; and the ``check=True`` value
+checks versus the default clamping."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pytest
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+import dsa_ops
+from tests import data, oracle
+
+R, W, K = 4, 50, 8
+META = torch.device("meta")  # stands in for "some other device"
+
+
+def _x():
+    return torch.randn(R, W, generator=torch.Generator().manual_seed(0))
+
+
+def _pitch_below_width():
+    """(R, W) view with stride(1) == 1 but row pitch 10 < W (rows overlap)."""
+    return torch.randn(R * W).as_strided((R, W), (10, 1))
+
+
+@dataclass
+class Case:
+    arg: str  # the argument the message must start with
+    change: dict = field(default_factory=dict)  # overrides of the good call's arguments
+    direct: bool = True  # also expressible through torch.ops (the schema types allow it)
+    says: str = ""  # when set, a phrase the message must also contain
+
+
+def _good(family: str) -> dict:
+    base = {"logits": _x(), "k": K, "compress_ratio": 1, "out": data.poisoned_out(R, K)}
+    if family == "decode":
+        return {**base, "lengths": data.i32([0, 10, W, 20]), "next_n": 1}
+    return {**base, "row_starts": data.i32([0, 3, 10, 40]), "row_ends": data.i32([0, 30, W, 45])}
+
+
+COMMON = {
+    "logits_f64": Case("logits", {"logits": _x().double()}),
+    "logits_f16": Case("logits", {"logits": _x().half()}),
+    "logits_bf16": Case("logits", {"logits": _x().bfloat16()}),
+    "logits_int": Case("logits", {"logits": torch.zeros(R, W, dtype=torch.int32)}),
+    "logits_rank1": Case("logits", {"logits": torch.randn(W)}),
+    "logits_rank3": Case("logits", {"logits": torch.randn(R, W, 1)}),
+    "logits_transposed": Case("logits", {"logits": torch.randn(W, R).t()}),
+    "logits_stride1_2": Case("logits", {"logits": torch.randn(R, 2 * W)[:, ::2]}),
+    "logits_pitch_lt_width": Case("logits", {"logits": _pitch_below_width()}),
+    "logits_not_tensor": Case("logits", {"logits": [[0.0] * W] * R}, direct=False),
+    "k_zero": Case("k", {"k": 0}),
+    "k_negative": Case("k", {"k": -3}),
+    "k_too_big": Case("k", {"k": 4097}),
+    "k_float": Case("k", {"k": 8.0}, direct=False),
+    "k_bool": Case("k", {"k": True}, direct=False),
+    "k_str": Case("k", {"k": "8"}, direct=False),
+    "k_tensor": Case("k", {"k": torch.tensor(8)}, direct=False),
+    "compress_ratio_zero": Case("compress_ratio", {"compress_ratio": 0}),
+    "out_int64": Case("out", {"out": torch.full((R, K), data.POISON, dtype=torch.int64)}),
+    "out_float": Case("out", {"out": torch.zeros(R, K)}),
+    "out_too_few_rows": Case("out", {"out": data.poisoned_out(R - 1, K)}),
+    "out_too_few_cols": Case("out", {"out": data.poisoned_out(R, K - 1)}),
+    "out_rank3": Case("out", {"out": data.poisoned_out(R, K)[..., None]}),
+    "out_rank1": Case("out", {"out": data.poisoned_out(1, R * K)[0]}),
+    "out_pitch_gt_k": Case("out", {"out": data.poisoned_out(R, 2 * K)[:, :K]}),
+    "out_transposed": Case("out", {"out": data.poisoned_out(K, R).t()}),
+    "out_other_device": Case("out", {"out": torch.empty(R, K, dtype=torch.int32, device=META)}),
+}
+
+
+def _index_cases(arg: str, good: torch.Tensor) -> dict:
+    return {
+        f"{arg}_int64": Case(arg, {arg: good.long()}),
+        f"{arg}_float": Case(arg, {arg: good.float()}),
+        f"{arg}_int16": Case(arg, {arg: good.short()}),
+        f"{arg}_other_device": Case(arg, {arg: good.to(META)}),
+        f"{arg}_too_short": Case(arg, {arg: good[:-1].clone()}),
+        f"{arg}_too_long": Case(arg, {arg: torch.cat([good, good[:1]])}),
+        f"{arg}_strided": Case(arg, {arg: torch.stack([good, good], 1)[:, 0]}),
+        f"{arg}_rank0": Case(arg, {arg: good[0].clone()}),
+        f"{arg}_rank3": Case(arg, {arg: good.reshape(R, 1, 1)}),
+        f"{arg}_not_tensor": Case(arg, {arg: good.tolist()}, direct=False),
+    }
+
+
+DECODE = {
+    **COMMON,
+    **_index_cases("lengths", _good("decode")["lengths"]),
+    "lengths_2d_wrong_numel": Case("lengths", {"lengths": data.i32([[1, 2, 3]] * 2)}),
+    "lengths_ambiguous_b1_next_n2": Case("lengths", {"lengths": data.i32([[5], [9]]), "next_n": 2}, says="ambiguous"),
+    "lengths_ambiguous_b1_next_n4": Case(
+        "lengths",
+        {"logits": torch.randn(8, W), "lengths": data.i32([[5], [9]]), "next_n": 4, "out": data.poisoned_out(8, K)},
+        says="ambiguous",
+    ),
+    "lengths_per_request_wrong_batch": Case("lengths", {"lengths": data.i32([5, 9, 7]), "next_n": 2}),
+    "next_n_zero": Case("next_n", {"next_n": 0}),
+    "next_n_negative": Case("next_n", {"next_n": -2}),
+    "next_n_float": Case("next_n", {"next_n": 1.0}, direct=False),
+}
+PREFILL = {
+    **COMMON,
+    **_index_cases("row_starts", _good("prefill")["row_starts"]),
+    **_index_cases("row_ends", _good("prefill")["row_ends"]),
+    "row_ends_2d": Case("row_ends", {"row_ends": data.i32([[0], [30], [W], [45]])}),
+    "max_seqlen_k_float": Case("max_seqlen_k", {"max_seqlen_k": 5.0}, direct=False),
+    "max_seqlen_k_tensor": Case("max_seqlen_k", {"max_seqlen_k": torch.tensor(5)}, direct=False),
+}
+CASES = {"decode": DECODE, "prefill": PREFILL}
+
+
+def _call_api(family: str, a: dict, use_out: bool, **extra):
+    out = a["out"] if use_out else None
+    if family == "decode":
+        return dsa_ops.topk_decode(
+            a["logits"], a["lengths"], a["k"], a["next_n"], compress_ratio=a["compress_ratio"], out=out, **extra
+        )
+    kw = {"max_seqlen_k": a["max_seqlen_k"]} if "max_seqlen_k" in a else {}
+    return dsa_ops.topk_prefill(
+        a["logits"], a["row_starts"], a["row_ends"], a["k"], compress_ratio=a["compress_ratio"], out=out, **kw, **extra
+    )
+
+
+def _call_op(op, family: str, a: dict, use_out: bool):
+    idx = (a["lengths"],) if family == "decode" else (a["row_starts"], a["row_ends"])
+    tail = (a["next_n"],) if family == "decode" else ()
+    args = (a["logits"], *idx, a["k"], *tail, a["compress_ratio"], False)
+    return op(*args, a["out"]) if use_out else op(*args)
+
+
+def _entry_points(family: str) -> list:
+    """("api"|op, out?) pairs: the public function and every CPU-runnable op of the family."""
+    points = [pytest.param("api", False, id="api"), pytest.param("api", True, id="api-out")]
+    for name in [None] + [p.values[0].name for p in data.backend_params(family) if not p.marks]:
+        for out in (False, True):
+            op = dsa_ops.ops.backend_op(name, family, out=out)
+            points.append(pytest.param(op, out, id=op._schema.name.split("::")[1]))
+    return points
+
+
+def _expect_value_error(family, case: Case, entry, use_out: bool):
+    a = {**_good(family), **case.change}
+    poison = a["out"].clone() if a["out"].device.type != "meta" else None
+    with pytest.raises(ValueError) as info:
+        if entry == "api":
+            _call_api(family, a, use_out)
+        else:
+            _call_op(entry, family, a, use_out)
+    assert str(info.value).startswith(f"{case.arg}:"), str(info.value)
+    assert case.says in str(info.value), str(info.value)
+    if poison is not None:
+        assert torch.equal(a["out"], poison), "out was written although validation failed"
+
+
+def _params(family: str) -> list:
+    out = []
+    for entry in _entry_points(family):
+        ep, use_out = entry.values
+        for name, case in CASES[family].items():
+            if ep != "api" and not case.direct:
+                continue  # the op's schema types already refuse it
+            if case.arg == "out" and not use_out:
+                continue
+            if case.arg == "max_seqlen_k" and ep != "api":
+                continue
+            out.append(pytest.param(case, ep, use_out, id=f"{entry.id}-{name}"))
+    return out
+
+
+@pytest.mark.parametrize("case, entry, use_out", _params("decode"))
+def test_decode_bad_input(case, entry, use_out):
+    _expect_value_error("decode", case, entry, use_out)
+
+
+@pytest.mark.parametrize("case, entry, use_out", _params("prefill"))
+def test_prefill_bad_input(case, entry, use_out):
+    _expect_value_error("prefill", case, entry, use_out)
+
+
+@pytest.mark.parametrize(
+    "family, name",
+    [(f, n) for f, cases in CASES.items() for n, c in cases.items() if c.direct and c.arg != "max_seqlen_k"],
+)
+def test_fake_kernels_reject_the_same_input(family, name):
+    """Under FakeTensorMode (what torch.compile traces with) the same ValueError is raised."""
+    case = CASES[family][name]
+    mode = FakeTensorMode()
+    real = {**_good(family), **case.change}
+    a = {n: mode.from_tensor(v) if isinstance(v, torch.Tensor) else v for n, v in real.items()}
+    with mode, pytest.raises(ValueError, match=f"^{case.arg}:.*{case.says}"):
+        _call_op(dsa_ops.ops.generic_op(family, out=case.arg == "out"), family, a, case.arg == "out")
+
+
+@pytest.mark.parametrize("family", ["decode", "prefill"])
+def test_good_input_passes(family):
+    """The base call every bad case perturbs is itself valid (so each case tests one thing)."""
+    a = _good(family)
+    assert _call_api(family, a, True) is a["out"]
+    assert not (a["out"] == data.POISON).any()
+
+
+@pytest.mark.parametrize("family", ["decode", "prefill"])
+def test_unknown_backend_lists_registered(family):
+    a = _good(family)
+    with pytest.raises(ValueError, match="nope") as info:
+        _call_api(family, a, True, backend="nope")
+    msg = str(info.value)
+    assert msg.startswith("backend:") and all(repr(n) in msg for n in dsa_ops.backends())
+    assert (a["out"] == data.POISON).all()
+
+
+def test_unsupported_backend_request_is_rejected():
+    a = _good("decode")
+    with pytest.raises(ValueError, match="^backend:.*stable"):
+        _call_api("decode", a, True, backend="torch_topk", stable=True)
+    assert (a["out"] == data.POISON).all()
+
+
+# --- device values: check=True raises, the default clamps -------------------------------
+
+DECODE_VALUES = {
+    "length_past_width": (data.i32([0, 10, W + 1, 20]), 1),
+    "negative_length": (data.i32([0, -1, W, 20]), 1),
+    "per_request_row_negative": (data.i32([0, 30]), 2),  # row 0 gets L = 0 - 2 + 1 = -1
+    "per_request_row_past_width": (data.i32([10, W + 1]), 2),
+}
+
+
+@pytest.mark.parametrize("name", list(DECODE_VALUES))
+def test_decode_check_raises_default_clamps(name):
+    lengths, next_n = DECODE_VALUES[name]
+    a = {**_good("decode"), "lengths": lengths, "next_n": next_n}
+    with pytest.raises(ValueError, match="^lengths:"):
+        _call_api("decode", a, True, check=True)
+    assert (a["out"] == data.POISON).all()
+    layout = "per_request" if next_n > 1 else "per_row"
+    got = _call_api("decode", a, True)
+    assert torch.equal(got, oracle.topk_decode(a["logits"], lengths, K, next_n, layout))
+
+
+PREFILL_VALUES = {
+    "negative_start": (data.i32([0, -3, 10, 40]), data.i32([0, 30, W, 45]), "row_starts"),
+    "end_before_start": (data.i32([0, 3, 10, 40]), data.i32([0, 30, 9, 45]), "row_ends"),
+    "end_past_width": (data.i32([0, 3, 10, 40]), data.i32([0, 30, W + 1, 45]), "row_ends"),
+}
+
+
+@pytest.mark.parametrize("name", list(PREFILL_VALUES))
+def test_prefill_check_raises_default_clamps(name):
+    starts, ends, arg = PREFILL_VALUES[name]
+    a = {**_good("prefill"), "row_starts": starts, "row_ends": ends}
+    with pytest.raises(ValueError, match=f"^{arg}:"):
+        _call_api("prefill", a, True, check=True)
+    assert (a["out"] == data.POISON).all()
+    got = _call_api("prefill", a, True)
+    assert torch.equal(got, oracle.topk_prefill(a["logits"], starts, ends, K))
+
+
+@pytest.mark.parametrize("family", ["decode", "prefill"])
+def test_check_accepts_valid_values(family):
+    a = _good(family)
+    assert torch.equal(_call_api(family, a, False, check=True), _call_api(family, a, False))
