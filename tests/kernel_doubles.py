@@ -8,8 +8,9 @@ interface each kernel really has, including the parts our adapters must work aro
   rows by ``stride0``; AITER prefill returns chunk-global columns.
 * The in-tree decode reads a 2-D ``seq_lens`` per row and a 1-D one per request, clamps at
   0 only; in-tree prefill returns row-local indices and clamps nothing.
-* Ties are taken in an arbitrary (seeded random) order and the valid prefix is shuffled,
-  except in AITER's ``stable`` mode (lowest index wins, ascending order).
+* Ties are taken in an arbitrary order and the valid prefix is shuffled, except in AITER's
+  ``stable`` mode (lowest index wins, ascending order). The shuffle is seeded from the
+  call's host arguments, so equal calls give equal outputs (``opcheck`` compares runs).
 
 Where a real kernel would misbehave silently (read past a row, write before a row, launch
 a zero-size grid) the double raises :class:`KernelPreconditionError`, so an adapter that
@@ -18,16 +19,18 @@ lets such an input through fails the test instead of passing by luck.
 
 from __future__ import annotations
 
-import inspect
 import sys
 import types
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import torch
 from torch import Tensor
 
 from dsa_ops.backends.reference import order_key
+
+if TYPE_CHECKING:
+    import pytest
 
 
 class KernelPreconditionError(AssertionError):
@@ -51,6 +54,11 @@ def _check_common(logits: Tensor, indices: Tensor, num_rows: int, k: int) -> Non
 def _row(logits: Tensor, stride0: int, r: int, end: int) -> Tensor:
     """Row r's first ``end`` values, addressed by ``stride0`` as the kernels do."""
     return logits.as_strided((end,), (1,), logits.storage_offset() + r * stride0)
+
+
+def _call_gen(*host_args: int) -> torch.Generator:
+    """A generator seeded from a call's host ints: arbitrary order, same for equal calls."""
+    return torch.Generator().manual_seed(hash(host_args) & 0x7FFF_FFFF)
 
 
 def _emit(values: Tensor, start: int, end: int, k: int, stable: bool, gen: torch.Generator) -> Tensor:
@@ -77,38 +85,38 @@ class AiterDouble:
     with_stable: bool = True
     version: str = "0.1.25+double"
     log: CallLog = field(default_factory=CallLog)
-    gen: torch.Generator = field(default_factory=lambda: torch.Generator().manual_seed(0))
 
-    def decode(self, logits, next_n, seqLens, indices, numRows, stride0, stride1, k=2048, stable=False):
+    def decode(self, logits: Tensor, next_n: int, seqLens: Tensor, indices: Tensor, numRows: int, stride0: int,
+               stride1: int, k: int = 2048, stable: bool = False) -> None:
         self.log.calls.append(dict(fn="decode", next_n=next_n, seqLens=seqLens.clone(), numRows=numRows,
                                    stride0=stride0, stride1=stride1, k=k, stable=stable))
         if numRows <= 0:
             return
         _check_common(logits, indices, numRows, k)
         flat = seqLens.reshape(-1)  # the kernel reads an int pointer: layout is lost
-        width = logits.shape[1]
+        width, gen = logits.shape[1], _call_gen(numRows, stride0, k)
         for r in range(numRows):
             end = int(flat[r // next_n]) - next_n + r % next_n + 1  # no clamp either way
             if end > width:
                 raise KernelPreconditionError(f"row {r}: rowEnd {end} > width {width}: AITER reads past the row")
             vals = _row(logits, stride0, r, max(end, 0))
-            indices[r] = _emit(vals, 0, end, k, stable, self.gen).to(torch.int32)
+            indices[r] = _emit(vals, 0, end, k, stable, gen).to(torch.int32)
 
-    def prefill(self, logits, rowStarts, rowEnds, indices, values, numRows, stride0, stride1, k=2048,
-                stable=False):
+    def prefill(self, logits: Tensor, rowStarts: Tensor, rowEnds: Tensor, indices: Tensor, values: Optional[Tensor],
+                numRows: int, stride0: int, stride1: int, k: int = 2048, stable: bool = False) -> None:
         self.log.calls.append(dict(fn="prefill", rowStarts=rowStarts.clone(), rowEnds=rowEnds.clone(),
                                    values=values, numRows=numRows, stride0=stride0, stride1=stride1, k=k,
                                    stable=stable))
         if numRows <= 0:
             return
         _check_common(logits, indices, numRows, k)
-        width = logits.shape[1]
+        width, gen = logits.shape[1], _call_gen(numRows, stride0, k)
         for r in range(numRows):
             s, e = int(rowStarts[r]), int(rowEnds[r])
             if s < 0 or e > width:
                 raise KernelPreconditionError(f"row {r}: window [{s}, {e}) outside [0, {width}]")
             vals = _row(logits, stride0, r, max(e, 0))
-            indices[r] = _emit(vals, s, e, k, stable, self.gen).to(torch.int32)  # chunk-global
+            indices[r] = _emit(vals, s, e, k, stable, gen).to(torch.int32)  # chunk-global
 
     def module(self) -> types.ModuleType:
         """A module object with AITER's two entry points (and their signatures)."""
@@ -117,16 +125,18 @@ class AiterDouble:
             mod.top_k_per_row_decode = self.decode
             mod.top_k_per_row_prefill = self.prefill
         else:  # AITER 0.1.19: no `stable` parameter
-            def decode(logits, next_n, seqLens, indices, numRows, stride0, stride1, k=2048):
+            def decode(logits: Tensor, next_n: int, seqLens: Tensor, indices: Tensor, numRows: int, stride0: int,
+                       stride1: int, k: int = 2048) -> None:
                 return self.decode(logits, next_n, seqLens, indices, numRows, stride0, stride1, k)
 
-            def prefill(logits, rowStarts, rowEnds, indices, values, numRows, stride0, stride1, k=2048):
+            def prefill(logits: Tensor, rowStarts: Tensor, rowEnds: Tensor, indices: Tensor,
+                        values: Optional[Tensor], numRows: int, stride0: int, stride1: int, k: int = 2048) -> None:
                 return self.prefill(logits, rowStarts, rowEnds, indices, values, numRows, stride0, stride1, k)
 
             mod.top_k_per_row_decode, mod.top_k_per_row_prefill = decode, prefill
         return mod
 
-    def install(self, monkeypatch) -> None:
+    def install(self, monkeypatch: "pytest.MonkeyPatch") -> None:
         """Put ``aiter``, ``aiter.ops`` and ``aiter.ops.topk`` doubles into ``sys.modules``."""
         top, ops = types.ModuleType("aiter"), types.ModuleType("aiter.ops")
         top.__version__ = self.version
@@ -145,17 +155,17 @@ VLLM_SCHEMAS = {
 }
 VLLM_DOUBLE_NAMESPACE = "dsa_ops_test_vllm_double"
 VLLM_LOG = CallLog()
-_VLLM_GEN = torch.Generator().manual_seed(1)
 _vllm_lib: Optional[torch.library.Library] = None
 
 
-def _vllm_decode(logits, next_n, seq_lens, indices, numRows, stride0, stride1, topK) -> None:
+def _vllm_decode(logits: Tensor, next_n: int, seq_lens: Tensor, indices: Tensor, numRows: int, stride0: int,
+                 stride1: int, topK: int) -> None:
     VLLM_LOG.calls.append(dict(fn="decode", next_n=next_n, seq_lens=seq_lens.clone(), numRows=numRows,
                                stride0=stride0, stride1=stride1, k=topK))
     if numRows <= 0:
         raise KernelPreconditionError("numRows == 0: the in-tree kernel launches a zero-size grid")
     _check_common(logits, indices, numRows, topK)
-    flat, width = seq_lens.reshape(-1), logits.shape[1]
+    flat, width, gen = seq_lens.reshape(-1), logits.shape[1], _call_gen(numRows, stride0, topK)
     for r in range(numRows):
         if seq_lens.dim() == 2:  # any 2-D seq_lens is read per row
             end = max(0, int(flat[r]))
@@ -163,23 +173,24 @@ def _vllm_decode(logits, next_n, seq_lens, indices, numRows, stride0, stride1, t
             end = max(0, int(flat[r // next_n]) - next_n + r % next_n + 1)
         if end > width:
             raise KernelPreconditionError(f"row {r}: length {end} > width {width}: the kernel reads past the row")
-        indices[r] = _emit(_row(logits, stride0, r, end), 0, end, topK, False, _VLLM_GEN).to(torch.int32)
+        indices[r] = _emit(_row(logits, stride0, r, end), 0, end, topK, False, gen).to(torch.int32)
 
 
-def _vllm_prefill(logits, rowStarts, rowEnds, indices, numRows, stride0, stride1, topK) -> None:
+def _vllm_prefill(logits: Tensor, rowStarts: Tensor, rowEnds: Tensor, indices: Tensor, numRows: int, stride0: int,
+                  stride1: int, topK: int) -> None:
     VLLM_LOG.calls.append(dict(fn="prefill", rowStarts=rowStarts.clone(), rowEnds=rowEnds.clone(),
                                numRows=numRows, stride0=stride0, stride1=stride1, k=topK))
     if numRows <= 0:
         raise KernelPreconditionError("numRows == 0: the in-tree kernel launches a zero-size grid")
     _check_common(logits, indices, numRows, topK)
-    width = logits.shape[1]
+    width, gen = logits.shape[1], _call_gen(numRows, stride0, topK)
     for r in range(numRows):
         s, e = int(rowStarts[r]), int(rowEnds[r])
         if e < s:
             raise KernelPreconditionError(f"row {r}: end {e} < start {s}: the kernel writes before the row")
         if s < 0 or e > width:
             raise KernelPreconditionError(f"row {r}: window [{s}, {e}) outside [0, {width}]")
-        local = _emit(_row(logits, stride0, r, e), s, e, topK, False, _VLLM_GEN)
+        local = _emit(_row(logits, stride0, r, e), s, e, topK, False, gen)
         indices[r] = torch.where(local >= 0, local - s, -1).to(torch.int32)  # row-local
 
 
@@ -195,6 +206,3 @@ def register_vllm_double() -> str:
         _vllm_lib = lib
     return VLLM_DOUBLE_NAMESPACE
 
-
-def signature_params(fn) -> list[str]:
-    return list(inspect.signature(fn).parameters)
