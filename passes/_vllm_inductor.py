@@ -70,7 +70,7 @@ class VllmComposedPass(InductorPass):
     def __call__(self, graph: fx.Graph) -> None:
         try:
             compile_range = get_pass_context().compile_range
-        except AssertionError:  # called outside vLLM's pass context: every member applies
+        except (AssertionError, AttributeError):  # outside vLLM's pass context: every member applies
             compile_range = None
         for m in self.members:
             applicable = getattr(m, "is_applicable_for_range", None)
