@@ -19,6 +19,7 @@ _MODULES = (
     "dsa_ops.backends.torch_topk",
     "dsa_ops.backends.aiter",
     "dsa_ops.backends.vllm_intree",
+    "dsa_ops.backends.triton",
 )
 
 BACKENDS: dict[str, Backend] = {}

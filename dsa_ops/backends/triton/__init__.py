@@ -1,0 +1,75 @@
+"""Backend ``triton``: our own sample-pivot top-k in Triton (decode and prefill).
+
+One launch per call: each row is split over several programs (few rows) or handled by one
+persistent program (many rows); every program reads its part of the row once, and the
+last one to finish resolves the exact k-th key from pivot counts (see ``kernels.py``).
+Exact per contract §1.1; ``stable=True`` gives the reference's bytes. Cost follows the
+live length L: every loop is bounded by the device length, never by the width W.
+
+Workspace: a cached allocation per (device, stream, sizes), owned by ``launch.py``; its
+counters are restored to zero by each launch, so CUDA-graph replays need no memset.
+
+``triton`` is imported lazily (in the probe and the writers). With ``TRITON_INTERPRET=1``
+the backend also serves CPU tensors through Triton's interpreter (tests only: slow).
+"""
+
+from __future__ import annotations
+
+import os
+
+from torch import Tensor
+
+from dsa_ops.backends.base import YES, Backend, Query, Support, module_version
+
+MAX_K = 4096
+
+
+def _interpret() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "") == "1"
+
+
+def _available() -> Support:
+    try:
+        import triton  # noqa: F401
+    except Exception as exc:  # not installed, or a broken install
+        return Support(False, f"triton does not import ({exc!r})")
+    if _interpret():
+        return YES
+    import torch
+
+    if not torch.cuda.is_available():
+        return Support(False, "no CUDA/ROCm device (set TRITON_INTERPRET=1 to run on CPU, slowly)")
+    return YES
+
+
+def _supports(query: Query) -> Support:
+    if query.device_type != "cuda" and not (query.device_type == "cpu" and _interpret()):
+        return Support(False, f"runs on cuda devices (cpu only with TRITON_INTERPRET=1), got {query.device_type}")
+    if not 1 <= query.k <= MAX_K:
+        return Support(False, f"k must be in [1, {MAX_K}], got {query.k}")
+    return YES
+
+
+def decode(logits: Tensor, lengths: Tensor, k: int, next_n: int, stable: bool, out: Tensor) -> None:
+    """Decode writer (see :func:`dsa_ops.backends.triton.launch.decode`)."""
+    from dsa_ops.backends.triton import launch
+
+    launch.decode(logits, lengths, k, next_n, stable, out)
+
+
+def prefill(logits: Tensor, row_starts: Tensor, row_ends: Tensor, k: int, stable: bool, out: Tensor) -> None:
+    """Prefill writer (see :func:`dsa_ops.backends.triton.launch.prefill`)."""
+    from dsa_ops.backends.triton import launch
+
+    launch.prefill(logits, row_starts, row_ends, k, stable, out)
+
+
+BACKEND = Backend(
+    name="triton",
+    decode=decode,
+    prefill=prefill,
+    available=_available,
+    supports=_supports,
+    version=lambda: module_version("triton"),
+    description="Triton sample-pivot select, one launch, cost follows the live length",
+)

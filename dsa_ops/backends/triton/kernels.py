@@ -1,0 +1,427 @@
+"""Triton bodies of the ``triton`` backend: one launch, sample pivots, one streaming read.
+
+Keys (contract §1.1) are held as *signed* int32 so plain signed compares give the order:
+``skey = bits ^ (~(bits >> 31) | INT_MIN)``; smaller = better. The composite (key, column)
+is a strict total order whose first k elements are exactly the reference's stable set.
+
+Per row of live length L > k, split over ``n_slices`` programs (a "slice" each):
+1. every program loads the same strided sample of NS values, ranks it (an NS x NS compare),
+   and takes pivots ``t_lo <= t_hi`` bracketing the k-th key with high probability, plus 16
+   splitter keys between them (identical in every program: the math is deterministic);
+2. one read of its slice: key < t_lo -> ``out`` (definite winners), t_lo <= key < t_hi ->
+   the row's mid buffer (key, column), key == t_hi -> the tie buffer (column, first k);
+   positions come from per-row atomics (split) or running counts (one program per row);
+3. the last program to arrive (atomic counter) resolves: counts per splitter bucket pick the
+   bucket holding the k-th; one pass over the mid buffer emits the buckets below it and
+   compacts that bucket; "levels" (sample 128, rank, 16 splitters, count, compact) narrow
+   it to <= 128 elements, ranked exactly. Any pivot miss or overflow falls back to an exact
+   4-bit radix over the row (8 counting reads), then an index-ordered emission.
+Stable mode emits in index order from the final threshold (one more read of the row).
+Nothing reads a column at or past L: every load is masked by the device length.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+INT_MIN: tl.constexpr = -2147483648
+INT_MAX: tl.constexpr = 2147483647
+MAXIT: tl.constexpr = 16  # level cap; each level keeps ~1/20 of its set on real data
+
+
+@triton.jit
+def _skey(x):
+    """fp32 -> signed int32 order key (smaller = better), contract §1.1."""
+    b = x.to(tl.int32, bitcast=True)
+    return b ^ (~(b >> 31) | INT_MIN)
+
+
+@triton.jit
+def _lt(k1, i1, k2, i2):
+    """Composite (key, column) strict less-than."""
+    return (k1 < k2) | ((k1 == k2) & (i1 < i2))
+
+
+@triton.jit
+def _rank(k, i, v):
+    """Rank of each element among the valid ones by (key, column): one M x M compare."""
+    less = _lt(k[None, :], i[None, :], k[:, None], i[:, None]) & v[None, :]
+    return tl.sum(less.to(tl.int32), axis=1)
+
+
+@triton.jit
+def _pick(rank, v, k, i, t):
+    """(key, column) of the valid elements whose rank is t[j], for each j."""
+    sel = (rank[:, None] == t[None, :]) & v[:, None]
+    pk = tl.sum(tl.where(sel, k[:, None], 0), axis=0)
+    pi = tl.sum(tl.where(sel, i[:, None], 0), axis=0)
+    return pk, pi
+
+
+@triton.jit
+def _window(q, ns, exact):
+    """Sample-rank window [q - m, q + m] that brackets the target w.h.p. (4.5 sigma + 2)."""
+    qf = q.to(tl.float32)
+    nf = ns.to(tl.float32)
+    var = tl.maximum(qf * (1.0 - qf / nf), 0.0)
+    m = (4.5 * tl.sqrt(var) + 2.0).to(tl.int32)
+    m = tl.where(exact, 0, m)
+    return q - m, q + m
+
+
+@triton.jit
+def _splitters(sk, si, rank, v, ns, q, exact):
+    """16 splitters spread over the window, plus the window's two ends (as flags)."""
+    lo, hi = _window(q, ns, exact)
+    a = tl.maximum(lo, 0)
+    c = tl.minimum(hi, ns - 1)
+    j = tl.arange(0, 16)
+    t = a + (j * (c - a)) // 15
+    pk, pi = _pick(rank, v, sk, si, t)
+    return pk, pi, lo >= 0, hi <= ns - 1
+
+
+@triton.jit
+def _row_pivots(row, L, k, NS: tl.constexpr):
+    """Reads NS strided values of [0, L); returns t_lo, t_hi and 16 splitter keys."""
+    i = tl.arange(0, NS)
+    ns = tl.minimum(L, NS)
+    v = i < ns
+    pos = ((i.to(tl.int64) * L) // ns).to(tl.int32)
+    key = _skey(tl.load(row + pos, mask=v, other=0.0))
+    rank = _rank(key, pos, v)
+    q = ((k - 1) * ns) // L
+    u, _, has_lo, has_hi = _splitters(key, pos, rank, v, ns, q, ns == L)
+    j = tl.arange(0, 16)
+    t_lo = tl.where(has_lo, tl.sum(tl.where(j == 0, u, 0)), INT_MIN)
+    t_hi = tl.where(has_hi, tl.sum(tl.where(j == 15, u, 0)), INT_MAX)
+    return t_lo, t_hi, u
+
+
+@triton.jit
+def _stream(row, lo, hi, t_lo, t_hi, u, out_row, k, mk, mi, tie, cap, cnt_row, split, count, lim,
+            BLOCK: tl.constexpr):
+    """The one read of a slice [lo, hi): classify, write winners / mid / ties, count splitters.
+
+    Reads logits[lo:hi] once (next block prefetched). Writes out (key < t_lo, unless stable),
+    mid (key, column) and tie columns at atomic (split) or running positions; in split mode
+    also adds the 16 per-splitter mid counts to the row counters when ``count``.
+    """
+    ar = tl.arange(0, BLOCK)
+    j = tl.arange(0, 16)
+    cw = tl.zeros([], tl.int32)
+    cm = tl.zeros([], tl.int32)
+    ct = tl.zeros([], tl.int32)
+    acc = tl.zeros([16], tl.int32)
+    x = tl.load(row + lo + ar, mask=lo + ar < hi, other=0.0)
+    for start in range(lo, hi, BLOCK):
+        o = start + ar
+        v = o < hi
+        on = o + BLOCK
+        xn = tl.load(row + on, mask=on < hi, other=0.0)  # prefetch: its latency overlaps this block
+        key = _skey(x)
+        win = v & (key < t_lo)
+        tie_m = v & (key == t_hi)
+        mid = v & (key >= t_lo) & (key < t_hi)
+        nw = tl.sum(win.to(tl.int32))
+        nm = tl.sum(mid.to(tl.int32))
+        nt = tl.sum(tie_m.to(tl.int32))
+        if count != 0:
+            acc += tl.sum(((key[:, None] < u[None, :]) & mid[:, None]).to(tl.int32), axis=0)
+        if nw > 0:
+            bw = cw
+            if split != 0:
+                bw = tl.atomic_add(cnt_row + 0, nw.to(tl.int64)).to(tl.int32)
+            pw = bw + tl.cumsum(win.to(tl.int32), axis=0) - 1
+            tl.store(out_row + pw, o, mask=win & (pw < lim))
+        if nm + nt > 0:
+            bm = cm
+            bt = ct
+            if split != 0:
+                old = tl.atomic_add(cnt_row + 1, nm.to(tl.int64) + (nt.to(tl.int64) << 32))
+                bm = old.to(tl.int32)  # low half: mid count
+                bt = (old >> 32).to(tl.int32)
+            pm = bm + tl.cumsum(mid.to(tl.int32), axis=0) - 1
+            tl.store(mk + pm, key, mask=mid & (pm < cap))
+            tl.store(mi + pm, o, mask=mid & (pm < cap))
+            pt = bt + tl.cumsum(tie_m.to(tl.int32), axis=0) - 1
+            tl.store(tie + pt, o, mask=tie_m & (pt < k))
+        cw += nw
+        cm += nm
+        ct += nt
+        x = xn
+    if split != 0:
+        if count != 0:
+            tl.atomic_add(cnt_row + 3 + j, acc.to(tl.int64))
+    return cw, cm, ct, acc
+
+
+@triton.jit
+def _count_pass(sk_ptr, si_ptr, n, pk, pi, BC: tl.constexpr):
+    """Reads an array of n (key, column); counts elements below each of 16 splitters."""
+    ar = tl.arange(0, BC)
+    acc = tl.zeros([16], tl.int32)
+    for s in range(0, n, BC):
+        o = s + ar
+        v = o < n
+        ck = tl.load(sk_ptr + o, mask=v, other=0, cache_modifier=".cg")
+        ci = tl.load(si_ptr + o, mask=v, other=0, cache_modifier=".cg")
+        lt = _lt(ck[:, None], ci[:, None], pk[None, :], pi[None, :]) & v[:, None]
+        acc += tl.sum(lt.to(tl.int32), axis=0)
+    return acc
+
+
+@triton.jit
+def _bucket(acc, n, need, pk, pi, lok, loi, hik, hii):
+    """Bucket of the need-th element from the splitter counts: (below, top, bounds)."""
+    j = tl.arange(0, 16)
+    b = tl.sum((acc < need).to(tl.int32))
+    below = tl.sum(tl.where(j == b - 1, acc, 0))
+    top = tl.where(b == 16, n, tl.sum(tl.where(j == b, acc, 0)))
+    lbk = tl.where(b == 0, lok, tl.sum(tl.where(j == b - 1, pk, 0)))
+    lbi = tl.where(b == 0, loi, tl.sum(tl.where(j == b - 1, pi, 0)))
+    ubk = tl.where(b == 16, hik, tl.sum(tl.where(j == b, pk, 0)))
+    ubi = tl.where(b == 16, hii, tl.sum(tl.where(j == b, pi, 0)))
+    return below, top, lbk, lbi, ubk, ubi
+
+
+@triton.jit
+def _split_pass(sk_ptr, si_ptr, n, lbk, lbi, ubk, ubi, dk, di, out_row, opos, lim, BC: tl.constexpr):
+    """Reads an array once: elements below the bucket -> out[opos...] (unless stable), elements
+    in [lb, ub) -> the array (dk, di) in order."""
+    ar = tl.arange(0, BC)
+    rb = tl.zeros([], tl.int32)
+    rm = tl.zeros([], tl.int32)
+    for s in range(0, n, BC):
+        o = s + ar
+        v = o < n
+        ck = tl.load(sk_ptr + o, mask=v, other=0, cache_modifier=".cg")
+        ci = tl.load(si_ptr + o, mask=v, other=0, cache_modifier=".cg")
+        below = v & _lt(ck, ci, lbk, lbi)
+        inb = v & (~below) & _lt(ck, ci, ubk, ubi)
+        pb = opos + rb + tl.cumsum(below.to(tl.int32), axis=0) - 1
+        tl.store(out_row + pb, ci, mask=below & (pb < lim))
+        pm = rm + tl.cumsum(inb.to(tl.int32), axis=0) - 1
+        tl.store(dk + pm, ck, mask=inb)
+        tl.store(di + pm, ci, mask=inb)
+        rb += tl.sum(below.to(tl.int32))
+        rm += tl.sum(inb.to(tl.int32))
+    return rb, rm
+
+
+@triton.jit
+def _level_splitters(sk_ptr, si_ptr, n, need, MF: tl.constexpr):
+    """Reads MF evenly spaced entries of an array of n > MF; 16 composite splitters."""
+    i = tl.arange(0, MF)
+    pos = ((i.to(tl.int64) * n) // MF).to(tl.int32)
+    v = i < MF
+    sk = tl.load(sk_ptr + pos, cache_modifier=".cg")
+    si = tl.load(si_ptr + pos, cache_modifier=".cg")
+    rank = _rank(sk, si, v)
+    q = ((need - 1).to(tl.int64) * MF // n).to(tl.int32)
+    pk, pi, _, _ = _splitters(sk, si, rank, v, tl.zeros([], tl.int32) + MF, q, n == 0)
+    return pk, pi
+
+
+@triton.jit
+def _final(sk_ptr, si_ptr, n, need, out_row, opos, lim, MF: tl.constexpr):
+    """Reads <= MF entries; exact ranks; winners -> out[opos + rank]; returns the need-th."""
+    o = tl.arange(0, MF)
+    v = o < n
+    ck = tl.load(sk_ptr + o, mask=v, other=0, cache_modifier=".cg")
+    ci = tl.load(si_ptr + o, mask=v, other=0, cache_modifier=".cg")
+    rank = _rank(ck, ci, v)
+    tl.store(out_row + opos + rank, ci, mask=v & (rank < tl.minimum(need, lim)))
+    t = tl.zeros([2], tl.int32) + (need - 1)
+    tk, ti = _pick(rank, v, ck, ci, t)
+    return tl.max(tk, axis=0), tl.max(ti, axis=0)
+
+
+@triton.jit
+def _copy(src, n, dst, BC: tl.constexpr):
+    """dst[:n] = src[:n] (int32)."""
+    ar = tl.arange(0, BC)
+    for s in range(0, n, BC):
+        o = s + ar
+        v = o < n
+        tl.store(dst + o, tl.load(src + o, mask=v, other=0, cache_modifier=".cg"), mask=v)
+
+
+@triton.jit
+def _radix_kth(row, L, k, BC: tl.constexpr):
+    """Exact k-th key of row[:L] by eight 4-bit counting reads; returns (key, ties to take)."""
+    ar = tl.arange(0, BC)
+    j = tl.arange(0, 16)
+    prefix = tl.zeros([], tl.int32)
+    rem = tl.zeros([], tl.int32) + k
+    for p in tl.static_range(8):
+        acc = tl.zeros([16], tl.int32)
+        for s in range(0, L, BC):
+            o = s + ar
+            v = o < L
+            uk = _skey(tl.load(row + o, mask=v, other=0.0)) ^ INT_MIN  # unsigned-order bits
+            if p == 0:
+                match = v
+            else:
+                match = v & (((uk ^ prefix) >> (32 - 4 * p)) == 0)
+            d = (uk >> (28 - 4 * p)) & 15
+            acc += tl.sum(((d[:, None] == j[None, :]) & match[:, None]).to(tl.int32), axis=0)
+        cum = tl.cumsum(acc, axis=0)
+        dsel = tl.sum((cum < rem).to(tl.int32))
+        rem = rem - tl.sum(tl.where(j < dsel, acc, 0))
+        prefix = prefix | (dsel << (28 - 4 * p))
+    return prefix ^ INT_MIN, rem
+
+
+@triton.jit
+def _emit_ordered(row, L, out_row, k, tk, ti, quota, BC: tl.constexpr):
+    """Reads row[:L] in order; writes columns with (key < tk) or (key == tk, column <= ti, among
+    the first ``quota`` such ties) to out in ascending order: the stable result."""
+    ar = tl.arange(0, BC)
+    pos = tl.zeros([], tl.int32)
+    tc = tl.zeros([], tl.int32)
+    s = tl.zeros([], tl.int32)
+    while (s < L) & (pos < k):
+        o = s + ar
+        v = o < L
+        key = _skey(tl.load(row + o, mask=v, other=0.0))
+        eq = v & (key == tk) & (o <= ti)
+        tr = tc + tl.cumsum(eq.to(tl.int32), axis=0) - 1
+        take = (v & (key < tk)) | (eq & (tr < quota))
+        p = pos + tl.cumsum(take.to(tl.int32), axis=0) - 1
+        tl.store(out_row + p, o, mask=take & (p < k))
+        pos += tl.sum(take.to(tl.int32))
+        tc += tl.sum(eq.to(tl.int32))
+        s += BC
+
+
+@triton.jit
+def _resolve(row, L, k, out_row, t_lo, t_hi, u, cw, cm, ct, acc, cnt_row, mk, mi, ak, ai, tie, cap,
+             split, count, stable, MF: tl.constexpr, BC: tl.constexpr):
+    """Last program of a row: from the counters and buffers to a full out row (see module doc)."""
+    j = tl.arange(0, 16)
+    n_win = cw
+    c_mid = cm
+    c_tie = ct
+    if split != 0:
+        n_win = tl.atomic_add(cnt_row + 0, 0).to(tl.int32)
+        packed = tl.atomic_add(cnt_row + 1, 0)
+        c_mid = packed.to(tl.int32)
+        c_tie = (packed >> 32).to(tl.int32)
+        if count != 0:
+            acc = tl.load(cnt_row + 3 + j, cache_modifier=".cg").to(tl.int32)
+        tl.store(cnt_row + tl.arange(0, 32), tl.zeros([32], tl.int64))  # restore for the next call
+    lim = tl.where(stable != 0, 0, INT_MAX)  # emission bound: 0 in stable mode (0-d bools break interpreted masks)
+    need = k - n_win
+    fb = ((n_win >= k) | (n_win + c_mid + c_tie < k) | (c_mid > cap)).to(tl.int32)
+    tk = t_hi
+    ti = tl.zeros([], tl.int32) + INT_MAX
+    quota = need - c_mid
+    if fb == 0:
+        if c_mid >= need:
+            imin = tl.zeros([16], tl.int32) + INT_MIN
+            if count == 0:
+                acc = _count_pass(mk, mi, c_mid, u, imin, BC)
+            below, top, lbk, lbi, ubk, ubi = _bucket(acc, c_mid, need, u, imin, t_lo, INT_MIN, t_hi, INT_MIN)
+            _split_pass(mk, mi, c_mid, lbk, lbi, ubk, ubi, ak, ai, out_row, n_win, lim, BC)
+            tl.debug_barrier()
+            opos = n_win + below
+            need2 = need - below
+            n = top - below
+            src_k = ak
+            src_i = ai
+            alt_k = mk
+            alt_i = mi
+            it = tl.zeros([], tl.int32)
+            while (n > MF) & (it < MAXIT):
+                pk, pi = _level_splitters(src_k, src_i, n, need2, MF)
+                lacc = _count_pass(src_k, src_i, n, pk, pi, BC)
+                below, top, lbk, lbi, ubk, ubi = _bucket(lacc, n, need2, pk, pi, INT_MIN, INT_MIN, INT_MAX, INT_MAX)
+                _split_pass(src_k, src_i, n, lbk, lbi, ubk, ubi, alt_k, alt_i, out_row, opos, lim, BC)
+                tl.debug_barrier()
+                opos += below
+                need2 -= below
+                n = top - below
+                src_k, alt_k = alt_k, src_k
+                src_i, alt_i = alt_i, src_i
+                it += 1
+            if n <= MF:
+                tk, ti = _final(src_k, src_i, n, need2, out_row, opos, lim, MF)
+                quota = tl.zeros([], tl.int32) + INT_MAX
+            else:
+                fb = tl.zeros([], tl.int32) + 1
+        else:
+            if stable == 0:  # all mid, then the first `quota` ties (any ties conform)
+                _copy(mi, c_mid, out_row + n_win, BC)
+                _copy(tie, quota, out_row + n_win + c_mid, BC)
+    if fb != 0:
+        tk, quota = _radix_kth(row, L, k, BC)
+        ti = tl.zeros([], tl.int32) + INT_MAX
+        _emit_ordered(row, L, out_row, k, tk, ti, quota, BC)
+    else:
+        if stable != 0:
+            _emit_ordered(row, L, out_row, k, tk, ti, quota, BC)
+
+
+@triton.jit
+def _trivial(out_row, L, k, BC: tl.constexpr):
+    """L <= k: out = 0, 1, ..., L-1, then -1; reads no logits."""
+    ar = tl.arange(0, BC)
+    for s in range(0, k, BC):
+        o = s + ar
+        tl.store(out_row + o, tl.where(o < L, o, -1), mask=o < k)
+
+
+@triton.jit(do_not_specialize=["stride_r", "R", "W", "k", "next_n", "n_slices", "is_prefill", "split",
+                               "count", "stable", "cap", "ws_stride"])
+def topk_kernel(logits, stride_r, lens, starts, ends, out, ws, cnt,
+                R, W, k, next_n, n_slices, is_prefill, split, count, stable, cap, ws_stride,
+                NS: tl.constexpr, MF: tl.constexpr, BLOCK: tl.constexpr, BC: tl.constexpr):
+    """Grid (G0, n_slices). Split mode: G0 = R, program (r, s) owns slice s of row r and the
+    row's workspace slot r. Row mode (n_slices = 1): program g loops over rows g, g + G0, ...
+    with private slot g. Flags (is_prefill, split, count, stable) are runtime ints so one
+    compiled kernel serves every call."""
+    pid0 = tl.program_id(0)
+    pid_s = tl.program_id(1)
+    g0 = tl.num_programs(0)
+    wsr = ws + pid0.to(tl.int64) * ws_stride
+    mk = wsr
+    mi = wsr + cap
+    ak = wsr + 2 * cap
+    ai = wsr + 3 * cap
+    tie = wsr + 4 * cap
+    cnt_row = cnt + pid0 * 32
+    lim = tl.where(stable != 0, 0, k)  # definite winners go to out unless stable
+    for r in range(pid0, R, g0):
+        # Row window from the device lengths, clamped to [0, W] (branch-free, masked loads).
+        pf = is_prefill != 0
+        s_raw = tl.load(starts + r, mask=pf, other=0)
+        e_raw = tl.load(ends + r, mask=pf, other=0)
+        l_raw = tl.load(lens + r // next_n, mask=is_prefill == 0, other=0) - next_n + 1 + r % next_n
+        s0 = tl.where(pf, tl.minimum(tl.maximum(s_raw, 0), W), 0)
+        e0 = tl.minimum(tl.maximum(e_raw, 0), W)
+        L = tl.where(pf, tl.maximum(e0 - s0, 0), tl.minimum(tl.maximum(l_raw, 0), W))
+        r64 = r + tl.zeros([], tl.int64)  # the loop index is a Python int in the interpreter
+        row = logits + r64 * stride_r + s0
+        out_row = out + r64 * k
+        if L <= k:
+            if pid_s == 0:
+                _trivial(out_row, L, k, BC)
+        else:
+            sl = tl.cdiv(tl.cdiv(L, n_slices), BLOCK) * BLOCK
+            n_act = tl.cdiv(L, sl)
+            lo = pid_s * sl
+            if lo < L:
+                hi = tl.minimum(lo + sl, L)
+                t_lo, t_hi, u = _row_pivots(row, L, k, NS)
+                cw, cm, ct, acc = _stream(row, lo, hi, t_lo, t_hi, u, out_row, k, mk, mi, tie, cap, cnt_row,
+                                          split, count, lim, BLOCK)
+                last = tl.zeros([], tl.int32) + 1
+                if split != 0:
+                    tl.debug_barrier()  # this program's buffer writes happen-before its arrival
+                    arrived = tl.atomic_add(cnt_row + 2, 1)
+                    last = (arrived == n_act - 1).to(tl.int32)
+                if last != 0:
+                    _resolve(row, L, k, out_row, t_lo, t_hi, u, cw, cm, ct, acc, cnt_row, mk, mi, ak, ai, tie,
+                             cap, split, count, stable, MF, BC)

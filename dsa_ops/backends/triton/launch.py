@@ -1,0 +1,118 @@
+"""Host side of the ``triton`` backend: launch plan, workspace and the two writers.
+
+Graph safety: the plan (grid, slices, buffer capacity) depends only on host ints (R, W, k)
+and the device's multiprocessor count; nothing here reads device data or synchronises.
+
+Workspace: a cached allocation per (device, stream, sizes), never freed while the process
+lives. ``cnt`` (int64 counters) must be zero before a launch; it is zeroed once when
+allocated and every launch restores it (the last program of each row writes the zeros
+back), so replays of a captured graph need no memset. ``ws`` (int32 buffers) needs no
+initial value. Allocated during capture, both come from the graph's pool, which is fine.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+NS = 128  # row sample size (an NS x NS compare per program)
+MF = 128  # final exact-rank size and level sample size
+BLOCK = 2048  # streaming block (columns per iteration of a slice)
+BC = 1024  # block of the buffer passes and the fallback reads
+NUM_WARPS = 8
+CAP_MIN, CAP_MAX = 4096, 65536  # mid-buffer entries per slot (bounded by W)
+CNT_STRIDE = 32  # int64 counters per slot: win, mid|tie, arrivals, 16 splitter counts
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Launch shape for (R, W, k) on one device. Host ints only."""
+
+    grid0: int  # R in split mode; persistent row programs otherwise
+    slices: int  # programs per row (1 = row mode)
+    split: bool
+    count: bool  # streaming programs count splitter buckets (pays off with many slices)
+    cap: int  # mid-buffer entries per slot
+
+    @property
+    def ws_stride(self) -> int:
+        return 4 * self.cap
+
+
+@functools.lru_cache(maxsize=None)
+def _num_sms(device_type: str, index: int) -> int:
+    if device_type == "cuda":
+        return torch.cuda.get_device_properties(index).multi_processor_count
+    return int(os.environ.get("DSA_OPS_TRITON_FAKE_SMS", "8"))  # interpreter: small grids
+
+
+def _next_pow2(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+def plan(rows: int, width: int, k: int, device: torch.device, slices: int | None = None,
+         cap: int | None = None) -> Plan:
+    """Pick split or row mode: about two programs per multiprocessor in either case.
+
+    ``slices`` and ``cap`` override the programs per row and the mid-buffer size (tests use
+    them to reach both modes and the overflow fallback).
+    """
+    sms = _num_sms(device.type, device.index or 0)
+    target = 2 * sms
+    if slices is None:
+        slices = max(1, min(-(-width // BLOCK), target // max(rows, 1)))
+    if cap is None:
+        cap = max(k, min(width, max(CAP_MIN, min(CAP_MAX, _next_pow2(width) // 8))))
+    if slices <= 1:
+        return Plan(grid0=max(1, min(rows, target)), slices=1, split=False, count=False, cap=cap)
+    return Plan(grid0=rows, slices=slices, split=True, count=slices >= 8, cap=cap)
+
+
+_WORKSPACES: dict[tuple, tuple[Tensor, Tensor]] = {}
+
+
+def workspace(device: torch.device, slots: int, ws_stride: int) -> tuple[Tensor, Tensor]:
+    """(ws int32 (slots, ws_stride), cnt int64 (slots, CNT_STRIDE) zeros), cached per stream."""
+    stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
+    key = (device.type, device.index, stream, slots, ws_stride)
+    hit = _WORKSPACES.get(key)
+    if hit is None:
+        ws = torch.empty((slots, ws_stride), dtype=torch.int32, device=device)
+        cnt = torch.zeros((slots, CNT_STRIDE), dtype=torch.int64, device=device)
+        hit = _WORKSPACES[key] = (ws, cnt)
+    return hit
+
+
+def launch(logits: Tensor, lens: Tensor, starts: Tensor, ends: Tensor, k: int, next_n: int,
+           is_prefill: bool, stable: bool, out: Tensor, slices: int | None = None,
+           cap: int | None = None) -> None:
+    """Fill ``out`` (R, k) int32; see :mod:`dsa_ops.backends.triton.kernels`."""
+    from dsa_ops.backends.triton.kernels import topk_kernel
+
+    rows, width = logits.shape
+    if rows == 0:
+        return
+    p = plan(rows, width, k, logits.device, slices, cap)
+    ws, cnt = workspace(logits.device, p.grid0, p.ws_stride + k)
+    topk_kernel[(p.grid0, p.slices)](
+        logits, logits.stride(0), lens, starts, ends, out, ws, cnt,
+        rows, width, k, next_n, p.slices, int(is_prefill), int(p.split), int(p.count), int(stable),
+        p.cap, ws.stride(0),
+        NS=NS, MF=MF, BLOCK=BLOCK, BC=BC, num_warps=NUM_WARPS,
+    )
+
+
+def decode(logits: Tensor, lengths: Tensor, k: int, next_n: int, stable: bool, out: Tensor) -> None:
+    """Decode writer: per-row lengths when numel == R, else per-request with ``next_n``."""
+    per_row = lengths.numel() == logits.shape[0]
+    flat = lengths.reshape(-1)
+    launch(logits, flat, flat, flat, k, 1 if per_row else next_n, False, stable, out)
+
+
+def prefill(logits: Tensor, row_starts: Tensor, row_ends: Tensor, k: int, stable: bool, out: Tensor) -> None:
+    """Prefill writer: window [clamp(s), clamp(e)), sequence-local indices."""
+    launch(logits, row_starts, row_starts, row_ends, k, 1, True, stable, out)
