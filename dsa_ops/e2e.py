@@ -141,5 +141,45 @@ def decode_policy(backend: str) -> P.Policy:
     return P.Policy(decode=(P.Rule(backend, f"e2e: force {backend}"),), prefill=P.DEFAULT.prefill)
 
 
-__all__ = ["Setup", "build", "compiled", "capture", "replay_and_check", "count_kernels", "random_lengths",
+__all__ = ["Setup", "build", "bench_e2e", "compiled", "capture", "replay_and_check", "count_kernels", "random_lengths",
            "decode_policy", "ReplayReport", "GLM52_INDEXER_LAYERS"]
+
+
+E2E_CONTEXTS = (4096, 32768, 131072)
+E2E_BATCHES = (1, 8, 16)
+
+
+def bench_e2e(backends: list[str], contexts=E2E_CONTEXTS, batches=E2E_BATCHES, reps: int = 30,
+              progress: Optional[Callable[[int, int, str], None]] = None) -> list[dict]:
+    """Per-step time of the captured 21-layer step with each decode backend.
+
+    The width is the context rounded up to a multiple of 1024 and every row's length is the
+    context, so the top-k does the full work. Each row of the result holds the median
+    replay time (L2 flushed before each replay), the kernel count of one step, and whether
+    the checked replay matched the reference.
+    """
+    from dsa_ops.benchmarking import time_graph
+
+    rows, n, i = [], len(backends) * len(contexts) * len(batches), 0
+    for ctx in contexts:
+        for batch in batches:
+            for name in backends:
+                i += 1
+                if progress:
+                    progress(i, n, f"e2e {name} context={ctx} batch={batch}")
+                setup = build(batch, ctx, k=2048)
+                with compiled(setup, decode_policy(name)) as (call, rewrites):
+                    chosen = sorted({r.backend for r in rewrites})
+                    kernels = count_kernels(call)
+                    graph, out = capture(call)
+                    setup.lengths.fill_(ctx)
+                    check = replay_and_check(setup, graph, out, replays=2)
+                    setup.lengths.fill_(ctx)
+                    t = time_graph(call, reps=reps, graph=graph)
+                rows.append({"backend": name, "routed_to": chosen, "context": ctx, "batch": batch,
+                             "layers": GLM52_INDEXER_LAYERS, "step_us": round(t.median, 1),
+                             "p10_us": round(t.quantile(0.1), 1), "p90_us": round(t.quantile(0.9), 1),
+                             "kernels": kernels, "mismatches": check.mismatches})
+                del setup, graph, out
+                torch.cuda.empty_cache()
+    return rows
