@@ -153,33 +153,42 @@ def bench_e2e(backends: list[str], contexts=E2E_CONTEXTS, batches=E2E_BATCHES, r
               progress: Optional[Callable[[int, int, str], None]] = None) -> list[dict]:
     """Per-step time of the captured 21-layer step with each decode backend.
 
-    The width is the context rounded up to a multiple of 1024 and every row's length is the
-    context, so the top-k does the full work. Each row of the result holds the median
-    replay time (L2 flushed before each replay), the kernel count of one step, and whether
-    the checked replay matched the reference.
+    One compile per backend (dynamic shapes, pass installed), then one capture per
+    (context, batch). The width equals the context and every row's length is the context,
+    so the top-k does the full work. Each result row holds the median replay time (L2
+    flushed before each replay), the kernels one step launches, and the mismatch count of
+    two checked replays with random lengths.
     """
+    import passes
+    from torch._inductor import config as inductor_config
+
     from dsa_ops.benchmarking import time_graph
 
     rows, n, i = [], len(backends) * len(contexts) * len(batches), 0
-    for ctx in contexts:
-        for batch in batches:
-            for name in backends:
-                i += 1
-                if progress:
-                    progress(i, n, f"e2e {name} context={ctx} batch={batch}")
-                setup = build(batch, ctx, k=2048)
-                with compiled(setup, decode_policy(name)) as (call, rewrites):
-                    chosen = sorted({r.backend for r in rewrites})
+    for name in backends:
+        base = build(1, contexts[0])
+        torch._dynamo.reset()
+        with passes.install(decode_policy(name)) as pass_, inductor_config.patch(fx_graph_cache=False), \
+                torch.no_grad():
+            fn = torch.compile(base.step, fullgraph=True, dynamic=True)
+            for ctx in contexts:
+                for batch in batches:
+                    i += 1
+                    if progress:
+                        progress(i, n, f"e2e {name} context={ctx} batch={batch}")
+                    shaped = build(batch, ctx)
+                    setup = Setup(base.step, shaped.hidden, shaped.k_cache, shaped.lengths, base.k)
+                    call = lambda: fn(setup.hidden, setup.k_cache, setup.lengths)  # noqa: E731
                     kernels = count_kernels(call)
                     graph, out = capture(call)
-                    setup.lengths.fill_(ctx)
                     check = replay_and_check(setup, graph, out, replays=2)
                     setup.lengths.fill_(ctx)
                     t = time_graph(call, reps=reps, graph=graph)
-                rows.append({"backend": name, "routed_to": chosen, "context": ctx, "batch": batch,
-                             "layers": GLM52_INDEXER_LAYERS, "step_us": round(t.median, 1),
-                             "p10_us": round(t.quantile(0.1), 1), "p90_us": round(t.quantile(0.9), 1),
-                             "kernels": kernels, "mismatches": check.mismatches})
-                del setup, graph, out
-                torch.cuda.empty_cache()
+                    rows.append({"backend": name, "routed_to": sorted({r.backend for r in pass_.rewrites}),
+                                 "context": ctx, "batch": batch, "layers": len(base.step.q_proj),
+                                 "step_us": round(t.median, 1), "p10_us": round(t.quantile(0.1), 1),
+                                 "p90_us": round(t.quantile(0.9), 1), "kernels": kernels,
+                                 "mismatches": check.mismatches})
+                    del setup, shaped, graph, out
+                    torch.cuda.empty_cache()
     return rows
