@@ -8,7 +8,7 @@ import importlib
 import sys
 from typing import Optional, Sequence
 
-COMMANDS = ("demo", "explain",)
+COMMANDS = ("demo", "explain", "bench",)
 
 
 def build_parser() -> argparse.ArgumentParser:

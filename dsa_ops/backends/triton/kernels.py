@@ -25,9 +25,9 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-INT_MIN: tl.constexpr = -2147483648
-INT_MAX: tl.constexpr = 2147483647
-MAXIT: tl.constexpr = 16  # level cap; each level keeps ~1/20 of its set on real data
+INT_MIN = tl.constexpr(-2147483648)
+INT_MAX = tl.constexpr(2147483647)
+MAXIT = tl.constexpr(16)  # level cap; each level keeps ~1/20 of its set on real data
 
 
 @triton.jit
@@ -44,9 +44,13 @@ def _lt(k1, i1, k2, i2):
 
 
 @triton.jit
-def _rank(k, i, v):
-    """Rank of each element among the valid ones by (key, column): one M x M compare."""
-    less = _lt(k[None, :], i[None, :], k[:, None], i[:, None]) & v[None, :]
+def _rank_part(k, i, ck, ci, cv):
+    """How many of the valid columns (ck, ci) are below each element (k, i): an M x CH compare.
+
+    Ranks are built from column chunks re-read from memory (L1 hits) rather than one M x M
+    tensor, which would need ~255 registers a thread at M = 128.
+    """
+    less = _lt(ck[None, :], ci[None, :], k[:, None], i[:, None]) & cv[None, :]
     return tl.sum(less.to(tl.int32), axis=1)
 
 
@@ -83,14 +87,20 @@ def _splitters(sk, si, rank, v, ns, q, exact):
 
 
 @triton.jit
-def _row_pivots(row, L, k, NS: tl.constexpr):
+def _row_pivots(row, L, k, NS: tl.constexpr, CH: tl.constexpr):
     """Reads NS strided values of [0, L); returns t_lo, t_hi and 16 splitter keys."""
     i = tl.arange(0, NS)
     ns = tl.minimum(L, NS)
     v = i < ns
     pos = ((i.to(tl.int64) * L) // ns).to(tl.int32)
     key = _skey(tl.load(row + pos, mask=v, other=0.0))
-    rank = _rank(key, pos, v)
+    rank = tl.zeros([NS], tl.int32)
+    for c in tl.static_range(NS // CH):
+        cx = c * CH + tl.arange(0, CH)
+        cv = cx < ns
+        cpos = ((cx.to(tl.int64) * L) // ns).to(tl.int32)
+        ck = _skey(tl.load(row + cpos, mask=cv, other=0.0))
+        rank += _rank_part(key, pos, ck, cpos, cv)
     q = ((k - 1) * ns) // L
     u, _, has_lo, has_hi = _splitters(key, pos, rank, v, ns, q, ns == L)
     j = tl.arange(0, 16)
@@ -100,8 +110,8 @@ def _row_pivots(row, L, k, NS: tl.constexpr):
 
 
 @triton.jit
-def _stream(row, lo, hi, t_lo, t_hi, u, out_row, k, mk, mi, tie, cap, cnt_row, split, count, lim,
-            BLOCK: tl.constexpr):
+def _stream(row, lo, hi, t_lo, t_hi, u, out_row, k, mk, mi, tie, cap, cnt_row, split, lim,
+            BLOCK: tl.constexpr, COUNT: tl.constexpr):
     """The one read of a slice [lo, hi): classify, write winners / mid / ties, count splitters.
 
     Reads logits[lo:hi] once (next block prefetched). Writes out (key < t_lo, unless stable),
@@ -127,7 +137,7 @@ def _stream(row, lo, hi, t_lo, t_hi, u, out_row, k, mk, mi, tie, cap, cnt_row, s
         nw = tl.sum(win.to(tl.int32))
         nm = tl.sum(mid.to(tl.int32))
         nt = tl.sum(tie_m.to(tl.int32))
-        if count != 0:
+        if COUNT:  # (BLOCK, 16) compares: keep BLOCK small in this variant (registers)
             acc += tl.sum(((key[:, None] < u[None, :]) & mid[:, None]).to(tl.int32), axis=0)
         if nw > 0:
             bw = cw
@@ -151,9 +161,8 @@ def _stream(row, lo, hi, t_lo, t_hi, u, out_row, k, mk, mi, tie, cap, cnt_row, s
         cm += nm
         ct += nt
         x = xn
-    if split != 0:
-        if count != 0:
-            tl.atomic_add(cnt_row + 3 + j, acc.to(tl.int64))
+    if COUNT:
+        tl.atomic_add(cnt_row + 3 + j, acc.to(tl.int64))
     return cw, cm, ct, acc
 
 
@@ -211,27 +220,35 @@ def _split_pass(sk_ptr, si_ptr, n, lbk, lbi, ubk, ubi, dk, di, out_row, opos, li
 
 
 @triton.jit
-def _level_splitters(sk_ptr, si_ptr, n, need, MF: tl.constexpr):
+def _level_splitters(sk_ptr, si_ptr, n, need, MF: tl.constexpr, CH: tl.constexpr):
     """Reads MF evenly spaced entries of an array of n > MF; 16 composite splitters."""
     i = tl.arange(0, MF)
     pos = ((i.to(tl.int64) * n) // MF).to(tl.int32)
     v = i < MF
-    sk = tl.load(sk_ptr + pos, cache_modifier=".cg")
-    si = tl.load(si_ptr + pos, cache_modifier=".cg")
-    rank = _rank(sk, si, v)
+    sk = tl.load(sk_ptr + pos)  # arrays this program wrote: L1 is coherent for them
+    si = tl.load(si_ptr + pos)
+    rank = tl.zeros([MF], tl.int32)
+    for c in tl.static_range(MF // CH):
+        cx = c * CH + tl.arange(0, CH)
+        cpos = ((cx.to(tl.int64) * n) // MF).to(tl.int32)
+        rank += _rank_part(sk, si, tl.load(sk_ptr + cpos), tl.load(si_ptr + cpos), cx < MF)
     q = ((need - 1).to(tl.int64) * MF // n).to(tl.int32)
     pk, pi, _, _ = _splitters(sk, si, rank, v, tl.zeros([], tl.int32) + MF, q, n == 0)
     return pk, pi
 
 
 @triton.jit
-def _final(sk_ptr, si_ptr, n, need, out_row, opos, lim, MF: tl.constexpr):
+def _final(sk_ptr, si_ptr, n, need, out_row, opos, lim, MF: tl.constexpr, CH: tl.constexpr):
     """Reads <= MF entries; exact ranks; winners -> out[opos + rank]; returns the need-th."""
     o = tl.arange(0, MF)
     v = o < n
-    ck = tl.load(sk_ptr + o, mask=v, other=0, cache_modifier=".cg")
-    ci = tl.load(si_ptr + o, mask=v, other=0, cache_modifier=".cg")
-    rank = _rank(ck, ci, v)
+    ck = tl.load(sk_ptr + o, mask=v, other=0)  # arrays this program wrote: L1 is coherent for them
+    ci = tl.load(si_ptr + o, mask=v, other=0)
+    rank = tl.zeros([MF], tl.int32)
+    for c in tl.static_range(MF // CH):
+        cx = c * CH + tl.arange(0, CH)
+        cv = cx < n
+        rank += _rank_part(ck, ci, tl.load(sk_ptr + cx, mask=cv, other=0), tl.load(si_ptr + cx, mask=cv, other=0), cv)
     tl.store(out_row + opos + rank, ci, mask=v & (rank < tl.minimum(need, lim)))
     t = tl.zeros([2], tl.int32) + (need - 1)
     tk, ti = _pick(rank, v, ck, ci, t)
@@ -298,7 +315,7 @@ def _emit_ordered(row, L, out_row, k, tk, ti, quota, BC: tl.constexpr):
 
 @triton.jit
 def _resolve(row, L, k, out_row, t_lo, t_hi, u, cw, cm, ct, acc, cnt_row, mk, mi, ak, ai, tie, cap,
-             split, count, stable, MF: tl.constexpr, BC: tl.constexpr):
+             split, count, stable, MF: tl.constexpr, CH: tl.constexpr, BC: tl.constexpr):
     """Last program of a row: from the counters and buffers to a full out row (see module doc)."""
     j = tl.arange(0, 16)
     n_win = cw
@@ -335,7 +352,7 @@ def _resolve(row, L, k, out_row, t_lo, t_hi, u, cw, cm, ct, acc, cnt_row, mk, mi
             alt_i = mi
             it = tl.zeros([], tl.int32)
             while (n > MF) & (it < MAXIT):
-                pk, pi = _level_splitters(src_k, src_i, n, need2, MF)
+                pk, pi = _level_splitters(src_k, src_i, n, need2, MF, CH)
                 lacc = _count_pass(src_k, src_i, n, pk, pi, BC)
                 below, top, lbk, lbi, ubk, ubi = _bucket(lacc, n, need2, pk, pi, INT_MIN, INT_MIN, INT_MAX, INT_MAX)
                 _split_pass(src_k, src_i, n, lbk, lbi, ubk, ubi, alt_k, alt_i, out_row, opos, lim, BC)
@@ -347,7 +364,7 @@ def _resolve(row, L, k, out_row, t_lo, t_hi, u, cw, cm, ct, acc, cnt_row, mk, mi
                 src_i, alt_i = alt_i, src_i
                 it += 1
             if n <= MF:
-                tk, ti = _final(src_k, src_i, n, need2, out_row, opos, lim, MF)
+                tk, ti = _final(src_k, src_i, n, need2, out_row, opos, lim, MF, CH)
                 quota = tl.zeros([], tl.int32) + INT_MAX
             else:
                 fb = tl.zeros([], tl.int32) + 1
@@ -377,7 +394,8 @@ def _trivial(out_row, L, k, BC: tl.constexpr):
                                "count", "stable", "cap", "ws_stride"])
 def topk_kernel(logits, stride_r, lens, starts, ends, out, ws, cnt,
                 R, W, k, next_n, n_slices, is_prefill, split, count, stable, cap, ws_stride,
-                NS: tl.constexpr, MF: tl.constexpr, BLOCK: tl.constexpr, BC: tl.constexpr):
+                NS: tl.constexpr, MF: tl.constexpr, CH: tl.constexpr, BLOCK: tl.constexpr, CBLOCK: tl.constexpr,
+                BC: tl.constexpr):
     """Grid (G0, n_slices). Split mode: G0 = R, program (r, s) owns slice s of row r and the
     row's workspace slot r. Row mode (n_slices = 1): program g loops over rows g, g + G0, ...
     with private slot g. Flags (is_prefill, split, count, stable) are runtime ints so one
@@ -409,14 +427,19 @@ def topk_kernel(logits, stride_r, lens, starts, ends, out, ws, cnt,
             if pid_s == 0:
                 _trivial(out_row, L, k, BC)
         else:
-            sl = tl.cdiv(tl.cdiv(L, n_slices), BLOCK) * BLOCK
+            gran = tl.where(count != 0, CBLOCK, BLOCK)  # slices are whole blocks of the streaming loop
+            sl = tl.cdiv(tl.cdiv(L, n_slices), gran) * gran
             n_act = tl.cdiv(L, sl)
             lo = pid_s * sl
             if lo < L:
                 hi = tl.minimum(lo + sl, L)
-                t_lo, t_hi, u = _row_pivots(row, L, k, NS)
-                cw, cm, ct, acc = _stream(row, lo, hi, t_lo, t_hi, u, out_row, k, mk, mi, tie, cap, cnt_row,
-                                          split, count, lim, BLOCK)
+                t_lo, t_hi, u = _row_pivots(row, L, k, NS, CH)
+                if count != 0:  # split mode, many slices: programs count splitter buckets too
+                    cw, cm, ct, acc = _stream(row, lo, hi, t_lo, t_hi, u, out_row, k, mk, mi, tie, cap, cnt_row,
+                                              split, lim, CBLOCK, True)
+                else:
+                    cw, cm, ct, acc = _stream(row, lo, hi, t_lo, t_hi, u, out_row, k, mk, mi, tie, cap, cnt_row,
+                                              split, lim, BLOCK, False)
                 last = tl.zeros([], tl.int32) + 1
                 if split != 0:
                     tl.debug_barrier()  # this program's buffer writes happen-before its arrival
@@ -424,4 +447,4 @@ def topk_kernel(logits, stride_r, lens, starts, ends, out, ws, cnt,
                     last = (arrived == n_act - 1).to(tl.int32)
                 if last != 0:
                     _resolve(row, L, k, out_row, t_lo, t_hi, u, cw, cm, ct, acc, cnt_row, mk, mi, ak, ai, tie,
-                             cap, split, count, stable, MF, BC)
+                             cap, split, count, stable, MF, CH, BC)

@@ -21,9 +21,13 @@ from torch import Tensor
 
 NS = 128  # row sample size (an NS x NS compare per program)
 MF = 128  # final exact-rank size and level sample size
-BLOCK = 2048  # streaming block (columns per iteration of a slice)
-BC = 1024  # block of the buffer passes and the fallback reads
+CH = 32  # rank column chunk: (NS, CH) compares at a time
+BLOCK = 4096  # streaming block (columns per iteration of a slice; 32 KB in flight with the prefetch)
+CBLOCK = 512  # streaming block when programs also count splitter buckets ((CBLOCK, 16) compares)
+BC = 512  # block of the buffer passes and the fallback reads ((BC, 16) compares)
 NUM_WARPS = 8
+MAXNREG = 128  # two programs per multiprocessor (ptxas wants ~175 otherwise; spills ~24 bytes)
+MAX_SLICES = 64  # per row: more programs only add same-address atomics
 CAP_MIN, CAP_MAX = 4096, 65536  # mid-buffer entries per slot (bounded by W)
 CNT_STRIDE = 32  # int64 counters per slot: win, mid|tie, arrivals, 16 splitter counts
 
@@ -55,21 +59,21 @@ def _next_pow2(n: int) -> int:
 
 
 def plan(rows: int, width: int, k: int, device: torch.device, slices: int | None = None,
-         cap: int | None = None) -> Plan:
+         cap: int | None = None, count: bool | None = None) -> Plan:
     """Pick split or row mode: about two programs per multiprocessor in either case.
 
-    ``slices`` and ``cap`` override the programs per row and the mid-buffer size (tests use
-    them to reach both modes and the overflow fallback).
+    ``slices``, ``cap`` and ``count`` override the programs per row, the mid-buffer size and
+    in-stream bucket counting (tests and tuning use them to reach every path).
     """
     sms = _num_sms(device.type, device.index or 0)
     target = 2 * sms
     if slices is None:
-        slices = max(1, min(-(-width // BLOCK), target // max(rows, 1)))
+        slices = max(1, min(-(-width // CBLOCK), target // max(rows, 1), MAX_SLICES))
     if cap is None:
         cap = max(k, min(width, max(CAP_MIN, min(CAP_MAX, _next_pow2(width) // 8))))
     if slices <= 1:
         return Plan(grid0=max(1, min(rows, target)), slices=1, split=False, count=False, cap=cap)
-    return Plan(grid0=rows, slices=slices, split=True, count=slices >= 8, cap=cap)
+    return Plan(grid0=rows, slices=slices, split=True, count=slices >= 8 if count is None else count, cap=cap)
 
 
 _WORKSPACES: dict[tuple, tuple[Tensor, Tensor]] = {}
@@ -89,20 +93,21 @@ def workspace(device: torch.device, slots: int, ws_stride: int) -> tuple[Tensor,
 
 def launch(logits: Tensor, lens: Tensor, starts: Tensor, ends: Tensor, k: int, next_n: int,
            is_prefill: bool, stable: bool, out: Tensor, slices: int | None = None,
-           cap: int | None = None) -> None:
+           cap: int | None = None, count: bool | None = None) -> None:
     """Fill ``out`` (R, k) int32; see :mod:`dsa_ops.backends.triton.kernels`."""
     from dsa_ops.backends.triton.kernels import topk_kernel
 
     rows, width = logits.shape
     if rows == 0:
         return
-    p = plan(rows, width, k, logits.device, slices, cap)
+    p = plan(rows, width, k, logits.device, slices, cap, count)
     ws, cnt = workspace(logits.device, p.grid0, p.ws_stride + k)
     topk_kernel[(p.grid0, p.slices)](
         logits, logits.stride(0), lens, starts, ends, out, ws, cnt,
         rows, width, k, next_n, p.slices, int(is_prefill), int(p.split), int(p.count), int(stable),
         p.cap, ws.stride(0),
-        NS=NS, MF=MF, BLOCK=BLOCK, BC=BC, num_warps=NUM_WARPS,
+        NS=NS, MF=MF, CH=CH, BLOCK=BLOCK, CBLOCK=CBLOCK, BC=BC, num_warps=NUM_WARPS,
+        **({} if logits.device.type == "cpu" else {"maxnreg": MAXNREG}),
     )
 
 

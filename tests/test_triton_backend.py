@@ -1,0 +1,223 @@
+"""Backend ``triton`` against the contract: in Triton's interpreter on CPU, and on a GPU.
+
+The interpreter is chosen when ``triton.jit`` decorates the kernels, i.e. from the
+environment of the process that first imports ``dsa_ops.backends.triton.kernels``. So the
+CPU cases run in a child pytest with ``TRITON_INTERPRET=1`` (``test_interpreter_suite``),
+which leaves every other test module of this session untouched; in that child the cases
+below run directly. GPU cases (``-m gpu``) use the compiled kernel at real shapes.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import dsa_ops
+from dsa_ops.testing import assert_decode_equivalent, assert_prefill_equivalent
+from tests.data import POISON, from_bits, logits, poisoned_out
+
+INTERP = os.environ.get("TRITON_INTERPRET") == "1"
+HAS_TRITON = True
+try:
+    import triton  # noqa: F401  (import only: the kernels module is what picks the mode)
+except Exception:  # pragma: no cover - CI installs triton
+    HAS_TRITON = False
+
+interp = pytest.mark.skipif(not INTERP, reason="runs in the TRITON_INTERPRET=1 child of test_interpreter_suite")
+needs_gpu = pytest.mark.skipif(INTERP or not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+def test_interpreter_suite():
+    """Run this file's interpreter cases in a child process with TRITON_INTERPRET=1."""
+    if INTERP:
+        pytest.skip("already the interpreter child")
+    if not HAS_TRITON:
+        pytest.skip("triton is not installed")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {**os.environ, "TRITON_INTERPRET": "1", "DSA_OPS_TRITON_FAKE_SMS": "8"}
+    cmd = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-m", "not gpu", __file__]
+    res = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=900)
+    assert res.returncode == 0, (res.stdout + res.stderr)[-6000:]
+    assert " passed" in res.stdout and "failed" not in res.stdout, res.stdout[-2000:]
+
+
+# --- interpreter cases (CPU) ------------------------------------------------------------
+
+
+def _poison_tail(x: torch.Tensor, ends: list[int], value: float) -> torch.Tensor:
+    y = x.clone()
+    for r, e in enumerate(ends):
+        y[r, max(e, 0):] = value
+    return y
+
+
+@interp
+@pytest.mark.parametrize("k", [16, 64, 2048])
+@pytest.mark.parametrize("stable", [False, True])
+def test_decode_lengths_edges(gen, k, stable):
+    width = k + 900
+    lens = [0, 1, k - 1, k, k + 1, width, 5000, -3]  # clamped to [0, W]
+    x = logits(gen, len(lens), width)
+    lt = torch.tensor(lens, dtype=torch.int32)
+    got = [dsa_ops.topk_decode(_poison_tail(x, lens, v), lt, k, backend="triton", stable=stable,
+                               out=poisoned_out(len(lens), k)) for v in (float("nan"), float("inf"))]
+    assert_decode_equivalent(got[0], x, lt, k, stable=stable)
+    if stable:
+        assert torch.equal(got[0], got[1])  # what lies past L never matters
+    else:
+        assert_decode_equivalent(got[1], x, lt, k)
+
+
+@interp
+@pytest.mark.parametrize("kind", ["ties", "equal", "specials"])
+@pytest.mark.parametrize("k", [16, 2048])
+def test_decode_adversarial(gen, kind, k):
+    width = 3000
+    x = logits(gen, 4, width, kind)
+    lt = torch.tensor([width, k + 1, 2500, 0], dtype=torch.int32)
+    for stable in (False, True):
+        got = dsa_ops.topk_decode(x, lt, k, backend="triton", stable=stable)
+        assert_decode_equivalent(got, x, lt, k, stable=stable)
+
+
+@interp
+@pytest.mark.parametrize("next_n", [1, 2, 4])
+def test_decode_per_request_layout(gen, next_n):
+    k, width, batch = 64, 1500, 3
+    x = logits(gen, batch * next_n, width)
+    per_req = torch.tensor([1500, 70, 2], dtype=torch.int32)
+    per_row = torch.stack([per_req - next_n + 1 + j for j in range(next_n)], dim=1)  # (B, n) flat
+    a = dsa_ops.topk_decode(x, per_req, k, next_n, backend="triton", stable=True)
+    b = dsa_ops.topk_decode(x, per_row.contiguous(), k, next_n, backend="triton", stable=True)
+    assert_decode_equivalent(a, x, per_req, k, next_n, stable=True)
+    assert torch.equal(a, b)
+
+
+@interp
+@pytest.mark.parametrize("slices, cap", [(1, None), (3, None), (16, None), (2, 64), (1, 64)])
+@pytest.mark.parametrize("kind", ["randn", "ties"])
+def test_launch_modes(gen, slices, cap, kind):
+    """Row mode (1), split without / with bucket counting (3 / 16), and a mid buffer too
+    small for the candidates (cap = k): every case must reach the same exact answer."""
+    from dsa_ops.backends.triton import launch
+
+    k, width = 64, 4000
+    x = logits(gen, 3, width, kind)
+    lt = torch.tensor([4000, 3333, 65], dtype=torch.int32)
+    for stable in (False, True):
+        out = poisoned_out(3, k)
+        launch.launch(x, lt, lt, lt, k, 1, False, stable, out, slices=slices, cap=cap)
+        assert_decode_equivalent(out, x, lt, k, stable=stable)
+
+
+@interp
+@pytest.mark.parametrize("stable", [False, True])
+def test_prefill_windows(gen, stable):
+    k, width = 64, 2500
+    x = logits(gen, 6, width)
+    s = torch.tensor([0, 10, 500, 2490, 40, 700], dtype=torch.int32)
+    e = torch.tensor([2500, 10, 2000, 2600, 30, 700 + k + 1], dtype=torch.int32)  # empty, inverted, past W
+    got = dsa_ops.topk_prefill(x, s, e, k, backend="triton", stable=stable, out=poisoned_out(6, k))
+    assert_prefill_equivalent(got, x, s, e, k, stable=stable)
+    assert (got[1] == -1).all() and (got[4] == -1).all()
+
+
+@interp
+def test_prefill_causal_chunk(gen):
+    k, rows, chunk = 2048, 24, 2600
+    x = logits(gen, rows, chunk)
+    s = torch.zeros(rows, dtype=torch.int32)
+    e = torch.arange(rows, dtype=torch.int32) + (chunk - rows + 1)
+    got = dsa_ops.topk_prefill(x, s, e, k, backend="triton")
+    assert_prefill_equivalent(got, x, s, e, k)
+
+
+@interp
+def test_sliced_rows_and_specials_bits(gen):
+    """Row pitch > W (the gap holds NaN) and keys from raw bit patterns, stable bytes."""
+    k, width = 16, 700
+    base = torch.full((3, width + 33), float("nan"))
+    base[:, :width] = logits(gen, 3, width, "specials")
+    x = base[:, :width]
+    x[0, :5] = from_bits([0x7FFF_FFFF, 0x7F80_0000, 0x8000_0000, 0x0000_0000, 0xFFFF_FFFF])
+    lt = torch.tensor([width, 300, 17], dtype=torch.int32)
+    got = dsa_ops.topk_decode(x, lt, k, backend="triton", stable=True)
+    assert_decode_equivalent(got, x.contiguous(), lt, k, stable=True)
+
+
+# --- GPU cases ----------------------------------------------------------------------------
+
+
+def _rows(n: int, keep: int = 8) -> torch.Tensor:
+    return torch.unique(torch.linspace(0, n - 1, steps=min(n, keep)).round().long())
+
+
+@pytest.mark.gpu
+@needs_gpu
+@pytest.mark.parametrize("rows, width", [(1, 133120), (16, 133120), (64, 133120), (8, 1048576), (64, 1048576)])
+@pytest.mark.parametrize("stable", [False, True])
+def test_gpu_real_shapes(rows, width, stable):
+    g = torch.Generator(device="cuda").manual_seed(rows + width)
+    x = torch.randn(rows, width, device="cuda", generator=g)
+    for lens in ([4096] * rows, [32768] * rows, [131072] * rows,
+                 torch.randint(0, 140000, (rows,), generator=torch.Generator().manual_seed(1)).tolist()):
+        lt = torch.tensor(lens, dtype=torch.int32, device="cuda")
+        got = dsa_ops.topk_decode(x, lt, 2048, backend="triton", stable=stable)
+        idx = _rows(rows).cuda()
+        assert_decode_equivalent(got[idx], x[idx], lt[idx], 2048, stable=stable)
+
+
+@pytest.mark.gpu
+@needs_gpu
+@pytest.mark.parametrize("kind", ["ties", "equal", "specials"])
+def test_gpu_adversarial(kind):
+    gen = torch.Generator().manual_seed(3)
+    x = logits(gen, 4, 200_000, kind).cuda()
+    lt = torch.tensor([200_000, 150_000, 2049, 70_000], dtype=torch.int32, device="cuda")
+    for stable in (False, True):
+        got = dsa_ops.topk_decode(x, lt, 2048, backend="triton", stable=stable)
+        assert_decode_equivalent(got, x, lt, 2048, stable=stable)
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_gpu_cuda_graph_replay_with_new_lengths():
+    rows, width, k = 16, 133120, 2048
+    x = torch.randn(rows, width, device="cuda")
+    lt = torch.full((rows,), 4096, dtype=torch.int32, device="cuda")
+    out = torch.empty(rows, k, dtype=torch.int32, device="cuda")
+    call = lambda: dsa_ops.topk_decode(x, lt, k, backend="triton", out=out)  # noqa: E731
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        call()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        call()
+    gen = torch.Generator().manual_seed(0)
+    for step in range(6):
+        lt.copy_(torch.randint(0, width + 50, (rows,), generator=gen, dtype=torch.int32))
+        x.normal_()
+        x[:, -1000:] = float("nan")  # poison: a last-column-sized tail no row may read past L
+        out.fill_(POISON)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert_decode_equivalent(out, x, lt, k)
+
+
+@pytest.mark.gpu
+@needs_gpu
+@pytest.mark.parametrize("stable", [False, True])
+def test_gpu_prefill_causal_chunk(stable):
+    rows, chunk, k = 2048, 40000, 2048
+    x = torch.randn(rows, chunk, device="cuda")
+    s = torch.zeros(rows, dtype=torch.int32, device="cuda")
+    e = torch.arange(rows, dtype=torch.int32, device="cuda") + (chunk - rows + 1)
+    got = dsa_ops.topk_prefill(x, s, e, k, backend="triton", stable=stable)
+    idx = _rows(rows, 16).cuda()
+    assert_prefill_equivalent(got[idx], x[idx], s[idx], e[idx], k, stable=stable)
