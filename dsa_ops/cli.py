@@ -8,7 +8,7 @@ import importlib
 import sys
 from typing import Optional, Sequence
 
-COMMANDS = ("demo", "explain", "bench",)
+COMMANDS = ("demo", "explain", "bench", "calibrate")
 
 
 def build_parser() -> argparse.ArgumentParser:
