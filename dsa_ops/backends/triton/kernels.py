@@ -115,11 +115,13 @@ def _stream(row, lo, hi, t_lo, t_hi, u, out_row, k, mk, mi, tie, cap, cnt_row, s
     """The one read of a slice [lo, hi): classify, write winners / mid / ties, count splitters.
 
     Reads logits[lo:hi] once (next block prefetched). Writes out (key < t_lo, unless stable),
-    mid (key, column) and tie columns at atomic (split) or running positions; in split mode
-    also adds the 16 per-splitter mid counts to the row counters when ``count``.
+    mid (key, column) and tie columns at atomic (split) or running positions. Row counters
+    (int64): [0] winners, [1] mid, [2] ties, [3] arrivals, [4:20] mid below each splitter
+    (added here when ``COUNT``).
     """
     ar = tl.arange(0, BLOCK)
     j = tl.arange(0, 16)
+    j4 = tl.arange(0, 4)
     cw = tl.zeros([], tl.int32)
     cm = tl.zeros([], tl.int32)
     ct = tl.zeros([], tl.int32)
@@ -139,19 +141,18 @@ def _stream(row, lo, hi, t_lo, t_hi, u, out_row, k, mk, mi, tie, cap, cnt_row, s
         nt = tl.sum(tie_m.to(tl.int32))
         if COUNT:  # (BLOCK, 16) compares: keep BLOCK small in this variant (registers)
             acc += tl.sum(((key[:, None] < u[None, :]) & mid[:, None]).to(tl.int32), axis=0)
-        if nw > 0:
+        if nw + nm + nt > 0:
             bw = cw
-            if split != 0:
-                bw = tl.atomic_add(cnt_row + 0, nw.to(tl.int64)).to(tl.int32)
-            pw = bw + tl.cumsum(win.to(tl.int32), axis=0) - 1
-            tl.store(out_row + pw, o, mask=win & (pw < lim))
-        if nm + nt > 0:
             bm = cm
             bt = ct
-            if split != 0:
-                old = tl.atomic_add(cnt_row + 1, nm.to(tl.int64) + (nt.to(tl.int64) << 32))
-                bm = old.to(tl.int32)  # low half: mid count
-                bt = (old >> 32).to(tl.int32)
+            if split != 0:  # one vector atomic: bases for the three classes in one round trip
+                add = tl.where(j4 == 0, nw, tl.where(j4 == 1, nm, tl.where(j4 == 2, nt, 0)))
+                old = tl.atomic_add(cnt_row + j4, add.to(tl.int64)).to(tl.int32)
+                bw = tl.sum(tl.where(j4 == 0, old, 0))
+                bm = tl.sum(tl.where(j4 == 1, old, 0))
+                bt = tl.sum(tl.where(j4 == 2, old, 0))
+            pw = bw + tl.cumsum(win.to(tl.int32), axis=0) - 1
+            tl.store(out_row + pw, o, mask=win & (pw < lim))
             pm = bm + tl.cumsum(mid.to(tl.int32), axis=0) - 1
             tl.store(mk + pm, key, mask=mid & (pm < cap))
             tl.store(mi + pm, o, mask=mid & (pm < cap))
@@ -162,7 +163,7 @@ def _stream(row, lo, hi, t_lo, t_hi, u, out_row, k, mk, mi, tie, cap, cnt_row, s
         ct += nt
         x = xn
     if COUNT:
-        tl.atomic_add(cnt_row + 3 + j, acc.to(tl.int64))
+        tl.atomic_add(cnt_row + 4 + j, acc.to(tl.int64))
     return cw, cm, ct, acc
 
 
@@ -171,13 +172,18 @@ def _count_pass(sk_ptr, si_ptr, n, pk, pi, BC: tl.constexpr):
     """Reads an array of n (key, column); counts elements below each of 16 splitters."""
     ar = tl.arange(0, BC)
     acc = tl.zeros([16], tl.int32)
+    ck = tl.load(sk_ptr + ar, mask=ar < n, other=0, cache_modifier=".cg")
+    ci = tl.load(si_ptr + ar, mask=ar < n, other=0, cache_modifier=".cg")
     for s in range(0, n, BC):
         o = s + ar
         v = o < n
-        ck = tl.load(sk_ptr + o, mask=v, other=0, cache_modifier=".cg")
-        ci = tl.load(si_ptr + o, mask=v, other=0, cache_modifier=".cg")
+        on = o + BC  # prefetch the next block: one L2 round trip per pass, not per block
+        ckn = tl.load(sk_ptr + on, mask=on < n, other=0, cache_modifier=".cg")
+        cin = tl.load(si_ptr + on, mask=on < n, other=0, cache_modifier=".cg")
         lt = _lt(ck[:, None], ci[:, None], pk[None, :], pi[None, :]) & v[:, None]
         acc += tl.sum(lt.to(tl.int32), axis=0)
+        ck = ckn
+        ci = cin
     return acc
 
 
@@ -196,17 +202,22 @@ def _bucket(acc, n, need, pk, pi, lok, loi, hik, hii):
 
 
 @triton.jit
-def _split_pass(sk_ptr, si_ptr, n, lbk, lbi, ubk, ubi, dk, di, out_row, opos, lim, BC: tl.constexpr):
+def _split_pass(sk_ptr, si_ptr, n, lbk, lbi, ubk, ubi, dk, di, out_row, opos, lim, BS: tl.constexpr):
     """Reads an array once: elements below the bucket -> out[opos...] (unless stable), elements
     in [lb, ub) -> the array (dk, di) in order."""
-    ar = tl.arange(0, BC)
+    ar = tl.arange(0, BS)
     rb = tl.zeros([], tl.int32)
     rm = tl.zeros([], tl.int32)
-    for s in range(0, n, BC):
+    ckn = tl.load(sk_ptr + ar, mask=ar < n, other=0, cache_modifier=".cg")
+    cin = tl.load(si_ptr + ar, mask=ar < n, other=0, cache_modifier=".cg")
+    for s in range(0, n, BS):
         o = s + ar
         v = o < n
-        ck = tl.load(sk_ptr + o, mask=v, other=0, cache_modifier=".cg")
-        ci = tl.load(si_ptr + o, mask=v, other=0, cache_modifier=".cg")
+        ck = ckn
+        ci = cin
+        on = o + BS  # prefetch the next block
+        ckn = tl.load(sk_ptr + on, mask=on < n, other=0, cache_modifier=".cg")
+        cin = tl.load(si_ptr + on, mask=on < n, other=0, cache_modifier=".cg")
         below = v & _lt(ck, ci, lbk, lbi)
         inb = v & (~below) & _lt(ck, ci, ubk, ubi)
         pb = opos + rb + tl.cumsum(below.to(tl.int32), axis=0) - 1
@@ -256,10 +267,10 @@ def _final(sk_ptr, si_ptr, n, need, out_row, opos, lim, MF: tl.constexpr, CH: tl
 
 
 @triton.jit
-def _copy(src, n, dst, BC: tl.constexpr):
+def _copy(src, n, dst, BS: tl.constexpr):
     """dst[:n] = src[:n] (int32)."""
-    ar = tl.arange(0, BC)
-    for s in range(0, n, BC):
+    ar = tl.arange(0, BS)
+    for s in range(0, n, BS):
         o = s + ar
         v = o < n
         tl.store(dst + o, tl.load(src + o, mask=v, other=0, cache_modifier=".cg"), mask=v)
@@ -292,10 +303,10 @@ def _radix_kth(row, L, k, BC: tl.constexpr):
 
 
 @triton.jit
-def _emit_ordered(row, L, out_row, k, tk, ti, quota, BC: tl.constexpr):
+def _emit_ordered(row, L, out_row, k, tk, ti, quota, BS: tl.constexpr):
     """Reads row[:L] in order; writes columns with (key < tk) or (key == tk, column <= ti, among
     the first ``quota`` such ties) to out in ascending order: the stable result."""
-    ar = tl.arange(0, BC)
+    ar = tl.arange(0, BS)
     pos = tl.zeros([], tl.int32)
     tc = tl.zeros([], tl.int32)
     s = tl.zeros([], tl.int32)
@@ -310,28 +321,33 @@ def _emit_ordered(row, L, out_row, k, tk, ti, quota, BC: tl.constexpr):
         tl.store(out_row + p, o, mask=take & (p < k))
         pos += tl.sum(take.to(tl.int32))
         tc += tl.sum(eq.to(tl.int32))
-        s += BC
+        s += BS
 
 
 @triton.jit
 def _resolve(row, L, k, out_row, t_lo, t_hi, u, cw, cm, ct, acc, cnt_row, mk, mi, ak, ai, tie, cap,
-             split, count, stable, MF: tl.constexpr, CH: tl.constexpr, BC: tl.constexpr):
+             split, count, stable, dbg, MF: tl.constexpr, CH: tl.constexpr, BC: tl.constexpr, BS: tl.constexpr):
     """Last program of a row: from the counters and buffers to a full out row (see module doc)."""
     j = tl.arange(0, 16)
     n_win = cw
     c_mid = cm
     c_tie = ct
     if split != 0:
-        n_win = tl.atomic_add(cnt_row + 0, 0).to(tl.int32)
-        packed = tl.atomic_add(cnt_row + 1, 0)
-        c_mid = packed.to(tl.int32)
-        c_tie = (packed >> 32).to(tl.int32)
+        # Atomic exchange: read every counter and leave zeros for the next call in one step
+        # (a separate reset store could overtake another thread's read).
+        j4 = tl.arange(0, 4)
+        c4 = tl.atomic_xchg(cnt_row + j4, tl.zeros([4], tl.int64)).to(tl.int32)
+        n_win = tl.sum(tl.where(j4 == 0, c4, 0))
+        c_mid = tl.sum(tl.where(j4 == 1, c4, 0))
+        c_tie = tl.sum(tl.where(j4 == 2, c4, 0))
+        c16 = tl.atomic_xchg(cnt_row + 4 + j, tl.zeros([16], tl.int64)).to(tl.int32)
         if count != 0:
-            acc = tl.load(cnt_row + 3 + j, cache_modifier=".cg").to(tl.int32)
-        tl.store(cnt_row + tl.arange(0, 32), tl.zeros([32], tl.int64))  # restore for the next call
+            acc = c16
     lim = tl.where(stable != 0, 0, INT_MAX)  # emission bound: 0 in stable mode (0-d bools break interpreted masks)
     need = k - n_win
     fb = ((n_win >= k) | (n_win + c_mid + c_tie < k) | (c_mid > cap)).to(tl.int32)
+    if dbg == 2:  # timing probe: stop once the counters are read (out is left as is)
+        fb = tl.zeros([], tl.int32) + 2
     tk = t_hi
     ti = tl.zeros([], tl.int32) + INT_MAX
     quota = need - c_mid
@@ -341,7 +357,7 @@ def _resolve(row, L, k, out_row, t_lo, t_hi, u, cw, cm, ct, acc, cnt_row, mk, mi
             if count == 0:
                 acc = _count_pass(mk, mi, c_mid, u, imin, BC)
             below, top, lbk, lbi, ubk, ubi = _bucket(acc, c_mid, need, u, imin, t_lo, INT_MIN, t_hi, INT_MIN)
-            _split_pass(mk, mi, c_mid, lbk, lbi, ubk, ubi, ak, ai, out_row, n_win, lim, BC)
+            _split_pass(mk, mi, c_mid, lbk, lbi, ubk, ubi, ak, ai, out_row, n_win, lim, BS)
             tl.debug_barrier()
             opos = n_win + below
             need2 = need - below
@@ -355,7 +371,7 @@ def _resolve(row, L, k, out_row, t_lo, t_hi, u, cw, cm, ct, acc, cnt_row, mk, mi
                 pk, pi = _level_splitters(src_k, src_i, n, need2, MF, CH)
                 lacc = _count_pass(src_k, src_i, n, pk, pi, BC)
                 below, top, lbk, lbi, ubk, ubi = _bucket(lacc, n, need2, pk, pi, INT_MIN, INT_MIN, INT_MAX, INT_MAX)
-                _split_pass(src_k, src_i, n, lbk, lbi, ubk, ubi, alt_k, alt_i, out_row, opos, lim, BC)
+                _split_pass(src_k, src_i, n, lbk, lbi, ubk, ubi, alt_k, alt_i, out_row, opos, lim, BS)
                 tl.debug_barrier()
                 opos += below
                 need2 -= below
@@ -370,32 +386,34 @@ def _resolve(row, L, k, out_row, t_lo, t_hi, u, cw, cm, ct, acc, cnt_row, mk, mi
                 fb = tl.zeros([], tl.int32) + 1
         else:
             if stable == 0:  # all mid, then the first `quota` ties (any ties conform)
-                _copy(mi, c_mid, out_row + n_win, BC)
-                _copy(tie, quota, out_row + n_win + c_mid, BC)
-    if fb != 0:
+                _copy(mi, c_mid, out_row + n_win, BS)
+                _copy(tie, quota, out_row + n_win + c_mid, BS)
+    if fb == 1:
+        tl.atomic_add(cnt_row + 31, 1)  # diagnostics: fallbacks taken by this slot (never reset)
         tk, quota = _radix_kth(row, L, k, BC)
         ti = tl.zeros([], tl.int32) + INT_MAX
-        _emit_ordered(row, L, out_row, k, tk, ti, quota, BC)
-    else:
+        tl.debug_barrier()  # earlier partial writes to out (other threads) land first
+        _emit_ordered(row, L, out_row, k, tk, ti, quota, BS)
+    if fb == 0:
         if stable != 0:
-            _emit_ordered(row, L, out_row, k, tk, ti, quota, BC)
+            _emit_ordered(row, L, out_row, k, tk, ti, quota, BS)
 
 
 @triton.jit
-def _trivial(out_row, L, k, BC: tl.constexpr):
+def _trivial(out_row, L, k, BS: tl.constexpr):
     """L <= k: out = 0, 1, ..., L-1, then -1; reads no logits."""
-    ar = tl.arange(0, BC)
-    for s in range(0, k, BC):
+    ar = tl.arange(0, BS)
+    for s in range(0, k, BS):
         o = s + ar
         tl.store(out_row + o, tl.where(o < L, o, -1), mask=o < k)
 
 
 @triton.jit(do_not_specialize=["stride_r", "R", "W", "k", "next_n", "n_slices", "is_prefill", "split",
-                               "count", "stable", "cap", "ws_stride"])
+                               "count", "stable", "cap", "ws_stride", "dbg"])
 def topk_kernel(logits, stride_r, lens, starts, ends, out, ws, cnt,
-                R, W, k, next_n, n_slices, is_prefill, split, count, stable, cap, ws_stride,
+                R, W, k, next_n, n_slices, is_prefill, split, count, stable, cap, ws_stride, dbg,
                 NS: tl.constexpr, MF: tl.constexpr, CH: tl.constexpr, BLOCK: tl.constexpr, CBLOCK: tl.constexpr,
-                BC: tl.constexpr):
+                BC: tl.constexpr, BS: tl.constexpr):
     """Grid (G0, n_slices). Split mode: G0 = R, program (r, s) owns slice s of row r and the
     row's workspace slot r. Row mode (n_slices = 1): program g loops over rows g, g + G0, ...
     with private slot g. Flags (is_prefill, split, count, stable) are runtime ints so one
@@ -412,6 +430,7 @@ def topk_kernel(logits, stride_r, lens, starts, ends, out, ws, cnt,
     cnt_row = cnt + pid0 * 32
     lim = tl.where(stable != 0, 0, k)  # definite winners go to out unless stable
     for r in range(pid0, R, g0):
+        tl.debug_barrier()  # row mode reuses the slot: the last row's reads finish before new writes
         # Row window from the device lengths, clamped to [0, W] (branch-free, masked loads).
         pf = is_prefill != 0
         s_raw = tl.load(starts + r, mask=pf, other=0)
@@ -425,7 +444,7 @@ def topk_kernel(logits, stride_r, lens, starts, ends, out, ws, cnt,
         out_row = out + r64 * k
         if L <= k:
             if pid_s == 0:
-                _trivial(out_row, L, k, BC)
+                _trivial(out_row, L, k, BS)
         else:
             gran = tl.where(count != 0, CBLOCK, BLOCK)  # slices are whole blocks of the streaming loop
             sl = tl.cdiv(tl.cdiv(L, n_slices), gran) * gran
@@ -434,17 +453,23 @@ def topk_kernel(logits, stride_r, lens, starts, ends, out, ws, cnt,
             if lo < L:
                 hi = tl.minimum(lo + sl, L)
                 t_lo, t_hi, u = _row_pivots(row, L, k, NS, CH)
-                if count != 0:  # split mode, many slices: programs count splitter buckets too
+                cw = tl.zeros([], tl.int32)
+                cm = tl.zeros([], tl.int32)
+                ct = tl.zeros([], tl.int32)
+                acc = tl.zeros([16], tl.int32)
+                if dbg == 1:  # timing probe: pivots only
+                    tl.store(out_row + pid_s, t_lo + t_hi)
+                elif count != 0:  # split mode, many slices: programs count splitter buckets too
                     cw, cm, ct, acc = _stream(row, lo, hi, t_lo, t_hi, u, out_row, k, mk, mi, tie, cap, cnt_row,
                                               split, lim, CBLOCK, True)
                 else:
                     cw, cm, ct, acc = _stream(row, lo, hi, t_lo, t_hi, u, out_row, k, mk, mi, tie, cap, cnt_row,
                                               split, lim, BLOCK, False)
-                last = tl.zeros([], tl.int32) + 1
-                if split != 0:
+                last = tl.zeros([], tl.int32) + (dbg != 1)
+                if (split != 0) & (dbg != 1):
                     tl.debug_barrier()  # this program's buffer writes happen-before its arrival
-                    arrived = tl.atomic_add(cnt_row + 2, 1)
+                    arrived = tl.atomic_add(cnt_row + 3, 1)
                     last = (arrived == n_act - 1).to(tl.int32)
                 if last != 0:
                     _resolve(row, L, k, out_row, t_lo, t_hi, u, cw, cm, ct, acc, cnt_row, mk, mi, ak, ai, tie,
-                             cap, split, count, stable, MF, CH, BC)
+                             cap, split, count, stable, dbg, MF, CH, BC, BS)

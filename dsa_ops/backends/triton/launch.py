@@ -24,12 +24,13 @@ MF = 128  # final exact-rank size and level sample size
 CH = 32  # rank column chunk: (NS, CH) compares at a time
 BLOCK = 4096  # streaming block (columns per iteration of a slice; 32 KB in flight with the prefetch)
 CBLOCK = 512  # streaming block when programs also count splitter buckets ((CBLOCK, 16) compares)
-BC = 512  # block of the buffer passes and the fallback reads ((BC, 16) compares)
+BC = 512  # block of the 2-D passes: splitter counts and the fallback radix ((BC, 16) compares)
+BS = 1024  # block of the 1-D passes over buffers and rows (split, copy, ordered emission)
 NUM_WARPS = 8
 MAXNREG = 128  # two programs per multiprocessor (ptxas wants ~175 otherwise; spills ~24 bytes)
 MAX_SLICES = 64  # per row: more programs only add same-address atomics
 CAP_MIN, CAP_MAX = 4096, 65536  # mid-buffer entries per slot (bounded by W)
-CNT_STRIDE = 32  # int64 counters per slot: win, mid|tie, arrivals, 16 splitter counts
+CNT_STRIDE = 32  # int64 counters per slot: win, mid, tie, arrivals, 16 splitter counts; [31] fallbacks
 
 
 @dataclass(frozen=True)
@@ -93,7 +94,7 @@ def workspace(device: torch.device, slots: int, ws_stride: int) -> tuple[Tensor,
 
 def launch(logits: Tensor, lens: Tensor, starts: Tensor, ends: Tensor, k: int, next_n: int,
            is_prefill: bool, stable: bool, out: Tensor, slices: int | None = None,
-           cap: int | None = None, count: bool | None = None) -> None:
+           cap: int | None = None, count: bool | None = None, dbg: int = 0) -> None:
     """Fill ``out`` (R, k) int32; see :mod:`dsa_ops.backends.triton.kernels`."""
     from dsa_ops.backends.triton.kernels import topk_kernel
 
@@ -105,8 +106,8 @@ def launch(logits: Tensor, lens: Tensor, starts: Tensor, ends: Tensor, k: int, n
     topk_kernel[(p.grid0, p.slices)](
         logits, logits.stride(0), lens, starts, ends, out, ws, cnt,
         rows, width, k, next_n, p.slices, int(is_prefill), int(p.split), int(p.count), int(stable),
-        p.cap, ws.stride(0),
-        NS=NS, MF=MF, CH=CH, BLOCK=BLOCK, CBLOCK=CBLOCK, BC=BC, num_warps=NUM_WARPS,
+        p.cap, ws.stride(0), dbg,
+        NS=NS, MF=MF, CH=CH, BLOCK=BLOCK, CBLOCK=CBLOCK, BC=BC, BS=BS, num_warps=NUM_WARPS,
         **({} if logits.device.type == "cpu" else {"maxnreg": MAXNREG}),
     )
 
