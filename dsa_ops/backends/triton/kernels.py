@@ -110,18 +110,23 @@ def _row_pivots(row, L, k, NS: tl.constexpr, CH: tl.constexpr):
 
 
 @triton.jit
-def _stream(row, lo, hi, t_lo, t_hi, u, out_row, k, mk, mi, tie, cap, cnt_row, split, lim,
+def _stream(row, lo, hi, t_lo, t_hi, u, out_row, k, mk, mi, tie, us, cap, cnt_row, split, lim,
             BLOCK: tl.constexpr, COUNT: tl.constexpr):
     """The one read of a slice [lo, hi): classify, write winners / mid / ties, count splitters.
 
     Reads logits[lo:hi] once (next block prefetched). Writes out (key < t_lo, unless stable),
     mid (key, column) and tie columns at atomic (split) or running positions. Row counters
     (int64): [0] winners, [1] mid, [2] ties, [3] arrivals, [4:20] mid below each splitter
-    (added here when ``COUNT``).
+    (added here when ``COUNT``: bucket = how many splitters a key reaches, 16 scalar compares,
+    then a 32-bin histogram; the splitters go through ``us`` to become scalars).
     """
     ar = tl.arange(0, BLOCK)
     j = tl.arange(0, 16)
     j4 = tl.arange(0, 4)
+    a32 = tl.arange(0, 32)
+    if COUNT:
+        tl.store(us + j, u)  # every program of the row writes the same values
+        tl.debug_barrier()
     cw = tl.zeros([], tl.int32)
     cm = tl.zeros([], tl.int32)
     ct = tl.zeros([], tl.int32)
@@ -136,11 +141,17 @@ def _stream(row, lo, hi, t_lo, t_hi, u, out_row, k, mk, mi, tie, cap, cnt_row, s
         win = v & (key < t_lo)
         tie_m = v & (key == t_hi)
         mid = v & (key >= t_lo) & (key < t_hi)
-        nw = tl.sum(win.to(tl.int32))
-        nm = tl.sum(mid.to(tl.int32))
-        nt = tl.sum(tie_m.to(tl.int32))
-        if COUNT:  # (BLOCK, 16) compares: keep BLOCK small in this variant (registers)
-            acc += tl.sum(((key[:, None] < u[None, :]) & mid[:, None]).to(tl.int32), axis=0)
+        # one reduction for the three class sizes (21-bit fields; BLOCK < 2^21)
+        packed = tl.sum(win.to(tl.int64) + (mid.to(tl.int64) << 21) + (tie_m.to(tl.int64) << 42))
+        nw = (packed & 2097151).to(tl.int32)
+        nm = ((packed >> 21) & 2097151).to(tl.int32)
+        nt = (packed >> 42).to(tl.int32)
+        if COUNT:
+            bidx = tl.zeros([BLOCK], tl.int32)
+            for jj in tl.static_range(16):
+                bidx += (key >= tl.load(us + jj)).to(tl.int32)
+            h = tl.histogram(tl.where(mid, bidx, 31), 32)
+            acc += tl.sum(tl.where(a32[:, None] <= j[None, :], h[:, None], 0), axis=0)
         if nw + nm + nt > 0:
             bw = cw
             bm = cm
@@ -412,8 +423,8 @@ def _trivial(out_row, L, k, BS: tl.constexpr):
                                "count", "stable", "cap", "ws_stride", "dbg"])
 def topk_kernel(logits, stride_r, lens, starts, ends, out, ws, cnt,
                 R, W, k, next_n, n_slices, is_prefill, split, count, stable, cap, ws_stride, dbg,
-                NS: tl.constexpr, MF: tl.constexpr, CH: tl.constexpr, BLOCK: tl.constexpr, CBLOCK: tl.constexpr,
-                BC: tl.constexpr, BS: tl.constexpr):
+                NS: tl.constexpr, MF: tl.constexpr, CH: tl.constexpr, BLOCK: tl.constexpr, BC: tl.constexpr,
+                BS: tl.constexpr):
     """Grid (G0, n_slices). Split mode: G0 = R, program (r, s) owns slice s of row r and the
     row's workspace slot r. Row mode (n_slices = 1): program g loops over rows g, g + G0, ...
     with private slot g. Flags (is_prefill, split, count, stable) are runtime ints so one
@@ -446,8 +457,7 @@ def topk_kernel(logits, stride_r, lens, starts, ends, out, ws, cnt,
             if pid_s == 0:
                 _trivial(out_row, L, k, BS)
         else:
-            gran = tl.where(count != 0, CBLOCK, BLOCK)  # slices are whole blocks of the streaming loop
-            sl = tl.cdiv(tl.cdiv(L, n_slices), gran) * gran
+            sl = tl.cdiv(tl.cdiv(L, n_slices), BLOCK) * BLOCK  # slices are whole streaming blocks
             n_act = tl.cdiv(L, sl)
             lo = pid_s * sl
             if lo < L:
@@ -460,11 +470,11 @@ def topk_kernel(logits, stride_r, lens, starts, ends, out, ws, cnt,
                 if dbg == 1:  # timing probe: pivots only
                     tl.store(out_row + pid_s, t_lo + t_hi)
                 elif count != 0:  # split mode, many slices: programs count splitter buckets too
-                    cw, cm, ct, acc = _stream(row, lo, hi, t_lo, t_hi, u, out_row, k, mk, mi, tie, cap, cnt_row,
-                                              split, lim, CBLOCK, True)
+                    cw, cm, ct, acc = _stream(row, lo, hi, t_lo, t_hi, u, out_row, k, mk, mi, tie, tie + k, cap,
+                                              cnt_row, split, lim, BLOCK, True)
                 else:
-                    cw, cm, ct, acc = _stream(row, lo, hi, t_lo, t_hi, u, out_row, k, mk, mi, tie, cap, cnt_row,
-                                              split, lim, BLOCK, False)
+                    cw, cm, ct, acc = _stream(row, lo, hi, t_lo, t_hi, u, out_row, k, mk, mi, tie, tie + k, cap,
+                                              cnt_row, split, lim, BLOCK, False)
                 last = tl.zeros([], tl.int32) + (dbg != 1)
                 if (split != 0) & (dbg != 1):
                     tl.debug_barrier()  # this program's buffer writes happen-before its arrival

@@ -23,7 +23,6 @@ NS = 128  # row sample size (an NS x NS compare per program)
 MF = 128  # final exact-rank size and level sample size
 CH = 32  # rank column chunk: (NS, CH) compares at a time
 BLOCK = 4096  # streaming block (columns per iteration of a slice; 32 KB in flight with the prefetch)
-CBLOCK = 512  # streaming block when programs also count splitter buckets ((CBLOCK, 16) compares)
 BC = 512  # block of the 2-D passes: splitter counts and the fallback radix ((BC, 16) compares)
 BS = 1024  # block of the 1-D passes over buffers and rows (split, copy, ordered emission)
 NUM_WARPS = 8
@@ -69,7 +68,7 @@ def plan(rows: int, width: int, k: int, device: torch.device, slices: int | None
     sms = _num_sms(device.type, device.index or 0)
     target = 2 * sms
     if slices is None:
-        slices = max(1, min(-(-width // CBLOCK), target // max(rows, 1), MAX_SLICES))
+        slices = max(1, min(-(-width // BLOCK), target // max(rows, 1), MAX_SLICES))
     if cap is None:
         cap = max(k, min(width, max(CAP_MIN, min(CAP_MAX, _next_pow2(width) // 8))))
     if slices <= 1:
@@ -102,12 +101,12 @@ def launch(logits: Tensor, lens: Tensor, starts: Tensor, ends: Tensor, k: int, n
     if rows == 0:
         return
     p = plan(rows, width, k, logits.device, slices, cap, count)
-    ws, cnt = workspace(logits.device, p.grid0, p.ws_stride + k)
+    ws, cnt = workspace(logits.device, p.grid0, p.ws_stride + k + 16)  # + tie columns, splitters
     topk_kernel[(p.grid0, p.slices)](
         logits, logits.stride(0), lens, starts, ends, out, ws, cnt,
         rows, width, k, next_n, p.slices, int(is_prefill), int(p.split), int(p.count), int(stable),
         p.cap, ws.stride(0), dbg,
-        NS=NS, MF=MF, CH=CH, BLOCK=BLOCK, CBLOCK=CBLOCK, BC=BC, BS=BS, num_warps=NUM_WARPS,
+        NS=NS, MF=MF, CH=CH, BLOCK=BLOCK, BC=BC, BS=BS, num_warps=NUM_WARPS,
         **({} if logits.device.type == "cpu" else {"maxnreg": MAXNREG}),
     )
 
