@@ -133,7 +133,7 @@ def _targets(rec: dict) -> dict:
 
 
 def _table(records: list[dict], names: list[str]) -> str:
-    head = ["family", "rows", "W", "L"] + [f"{n} us" for n in names] + ["target us", "triton/target"]
+    head = ["family", "rows", "W", "L"] + [f"{n} us" for n in names] + ["vLLM us", "target us", "triton/target"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     keys: dict[tuple, dict[str, dict]] = {}
     for r in records:
@@ -149,8 +149,11 @@ def _table(records: list[dict], names: list[str]) -> str:
             else:
                 bad = "" if r["verified"] == "ok" else " (WRONG)"
                 cells.append(f"{r['median_us']:.1f}{bad}")
-        tgt = next(iter(by.values()))["targets"].get("target_us")
+        tg = next(iter(by.values()))["targets"]
+        tgt = tg.get("target_us")
+        peer = tg.get("coop_us") or tg.get("vllm_us")
         tri = by.get("triton")
+        cells.append(f"{peer:.1f}" if peer else "-")
         cells.append(f"{tgt:.1f}" if tgt else "-")
         ok = tgt and tri and not tri.get("skipped")
         cells.append(f"{tri['median_us'] / tgt:.2f}" if ok else "-")
