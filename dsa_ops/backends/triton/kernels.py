@@ -146,7 +146,7 @@ def _resolve(row, L, k, out_row, t_lo, t_hi, u, cw, cm, ct, acc, cnt_row, mk, mi
         if c_mid >= need:
             imin = tl.zeros([16], tl.int32) + INT_MIN
             if count == 0:
-                acc = _count_pass(mk, mi, c_mid, u, imin, BC)
+                acc = _count_pass(mk, mi, c_mid, u, imin, BC, True)
             below, top, lbk, lbi, ubk, ubi = _bucket(acc, c_mid, need, u, imin, t_lo, INT_MIN, t_hi, INT_MIN)
             _split_pass(mk, mi, c_mid, lbk, lbi, ubk, ubi, ak, ai, out_row, n_win, lim, BS)
             tl.debug_barrier()
@@ -160,7 +160,7 @@ def _resolve(row, L, k, out_row, t_lo, t_hi, u, cw, cm, ct, acc, cnt_row, mk, mi
             it = tl.zeros([], tl.int32)
             while (n > MF) & (it < MAXIT):
                 pk, pi = _level_splitters(src_k, src_i, n, need2, MF, CH)
-                lacc = _count_pass(src_k, src_i, n, pk, pi, BC)
+                lacc = _count_pass(src_k, src_i, n, pk, pi, BC, False)
                 below, top, lbk, lbi, ubk, ubi = _bucket(lacc, n, need2, pk, pi, INT_MIN, INT_MIN, INT_MAX, INT_MAX)
                 _split_pass(src_k, src_i, n, lbk, lbi, ubk, ubi, alt_k, alt_i, out_row, opos, lim, BS)
                 tl.debug_barrier()

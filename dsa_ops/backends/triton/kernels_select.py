@@ -97,22 +97,31 @@ def _row_pivots(row, L, k, NS: tl.constexpr, CH: tl.constexpr):
 
 
 @triton.jit
-def _count_pass(sk_ptr, si_ptr, n, pk, pi, BC: tl.constexpr):
-    """Reads an array of n (key, column); counts elements below each of 16 splitters."""
+def _count_pass(sk_ptr, si_ptr, n, pk, pi, BC: tl.constexpr, KEY_ONLY: tl.constexpr):
+    """Reads an array of n (key, column); counts elements below each of 16 splitters.
+
+    KEY_ONLY: the splitters are bare keys (column INT_MIN), so columns are neither read nor
+    compared (a third of the work of the composite compare).
+    """
     ar = tl.arange(0, BC)
     acc = tl.zeros([16], tl.int32)
     ck = tl.load(sk_ptr + ar, mask=ar < n, other=0, cache_modifier=".cg")
-    ci = tl.load(si_ptr + ar, mask=ar < n, other=0, cache_modifier=".cg")
+    ci = ck
+    if not KEY_ONLY:
+        ci = tl.load(si_ptr + ar, mask=ar < n, other=0, cache_modifier=".cg")
     for s in range(0, n, BC):
         o = s + ar
         v = o < n
         on = o + BC  # prefetch the next block: one L2 round trip per pass, not per block
         ckn = tl.load(sk_ptr + on, mask=on < n, other=0, cache_modifier=".cg")
-        cin = tl.load(si_ptr + on, mask=on < n, other=0, cache_modifier=".cg")
-        lt = _lt(ck[:, None], ci[:, None], pk[None, :], pi[None, :]) & v[:, None]
+        if KEY_ONLY:
+            lt = (ck[:, None] < pk[None, :]) & v[:, None]
+        else:
+            cin = tl.load(si_ptr + on, mask=on < n, other=0, cache_modifier=".cg")
+            lt = _lt(ck[:, None], ci[:, None], pk[None, :], pi[None, :]) & v[:, None]
+            ci = cin
         acc += tl.sum(lt.to(tl.int32), axis=0)
         ck = ckn
-        ci = cin
     return acc
 
 
