@@ -1,5 +1,6 @@
-"""Test doubles of the foreign top-k kernels (AITER, vLLM in-tree), written from their
-documented contracts (docs: /work/shared/docs/topk-contract.md §2.1, §2.2, §3.2, §5).
+"""Test doubles of the foreign top-k kernels (AITER, vLLM in-tree, vLLM persistent /
+cooperative), written from their documented contracts (docs:
+/work/shared/docs/topk-contract.md §2.1, §2.2, §2.3, §3.2, §5).
 
 The doubles are not kernels: they loop over rows in Python. What they model is the
 interface each kernel really has, including the parts our adapters must work around:
@@ -8,6 +9,10 @@ interface each kernel really has, including the parts our adapters must work aro
   rows by ``stride0``; AITER prefill returns chunk-global columns.
 * The in-tree decode reads a 2-D ``seq_lens`` per row and a 1-D one per request, clamps at
   0 only; in-tree prefill returns row-local indices and clamps nothing.
+* ``persistent_topk`` / ``cooperative_topk`` take exactly one length per row; persistent
+  reads it as uint32 and clamps it to ``max_seq_len``, cooperative clamps at 0 and ignores
+  ``max_seq_len``; k in {512, 1024, 2048}; a caller workspace of a minimum size;
+  cooperative takes at most 64 rows with a row pitch that is a multiple of 4.
 * Ties are taken in an arbitrary order and the valid prefix is shuffled, except in AITER's
   ``stable`` mode (lowest index wins, ascending order). The shuffle is seeded from the
   call's host arguments, so equal calls give equal outputs (``opcheck`` compares runs).
@@ -206,3 +211,116 @@ def register_vllm_double() -> str:
         _vllm_lib = lib
     return VLLM_DOUBLE_NAMESPACE
 
+
+# vLLM 0.33.0's CUDA radix top-k kernels (contract §2.3; schemas: vllm-integration-notes §5).
+VLLM_RADIX_SCHEMAS = {
+    name: "(Tensor logits, Tensor lengths, Tensor! output, Tensor workspace, int k, int max_seq_len) -> ()"
+    for name in ("persistent_topk", "cooperative_topk")
+}
+VLLM_RADIX_DOUBLE_NAMESPACE = "dsa_ops_test_vllm_radix_double"
+RADIX_KS = (512, 1024, 2048)
+RADIX_ROW_STATE_BYTES = 3088  # sizeof(RadixRowState): 3 x 256 histogram words + 4 scalars
+TIE_BYTES = 8  # sizeof(Tie): column + ordered key
+COOPERATIVE_MAX_ROWS = 64
+
+
+@dataclass
+class RadixDoubleState:
+    """Call log of the persistent / cooperative doubles, and one knob.
+
+    ``unwritten``: how many trailing slots the cooperative double leaves untouched on rows
+    with L > k. vLLM 0.33.0 documents that ``cooperative_topk`` may leave slots unwritten
+    when its fp16 boundary bin overflows (``candidate_topk.py``); 0 = never.
+    """
+
+    log: CallLog = field(default_factory=CallLog)
+    unwritten: int = 0
+
+
+VLLM_RADIX = RadixDoubleState()
+_vllm_radix_lib: Optional[torch.library.Library] = None
+
+
+def _radix_checks(name: str, logits: Tensor, lengths: Tensor, output: Tensor, workspace: Tensor, k: int,
+                  workspace_need: int) -> None:
+    """The host checks both kernels make, plus the ones they skip but rely on."""
+    rows = logits.shape[0] if logits.dim() == 2 else -1
+    if logits.dim() != 2 or logits.dtype != torch.float32:
+        raise KernelPreconditionError(f"{name}: logits must be 2-D float32, got {logits.dtype} {tuple(logits.shape)}")
+    if lengths.dtype != torch.int32 or lengths.dim() not in (1, 2) or not lengths.is_contiguous():
+        raise KernelPreconditionError(f"{name}: lengths must be contiguous 1-D/2-D int32, got {lengths.dtype} "
+                                      f"{tuple(lengths.shape)}")
+    if lengths.numel() != rows:
+        raise KernelPreconditionError(f"{name}: lengths size mismatch ({lengths.numel()} for {rows} rows; no next_n)")
+    if k not in RADIX_KS:
+        raise KernelPreconditionError(f"{name} supports k=512, k=1024, or k=2048, got k={k}")
+    # The kernels check only the sizes but address row r at output + r * k.
+    if output.dtype != torch.int32 or tuple(output.shape) != (rows, k) or not output.is_contiguous():
+        raise KernelPreconditionError(f"{name}: output must be contiguous int32 ({rows}, {k}), got "
+                                      f"{output.dtype} {tuple(output.shape)}")
+    if workspace.dtype != torch.uint8 or workspace.dim() != 1:
+        raise KernelPreconditionError(f"{name}: workspace must be 1-D uint8, got {workspace.dtype}")
+    if workspace.numel() < workspace_need:
+        raise KernelPreconditionError(f"{name}: workspace too small, need {workspace_need} bytes, "
+                                      f"have {workspace.numel()}")
+
+
+def _radix_rows(name: str, logits: Tensor, lengths: Tensor, output: Tensor, k: int, clamp_to: Optional[int],
+                unwritten: int) -> None:
+    flat, (rows, width) = lengths.reshape(-1), logits.shape
+    stride0, gen = int(logits.stride(0)), _call_gen(rows, int(logits.stride(0)), k)
+    for r in range(rows):
+        end = int(flat[r])
+        if end < 0:
+            if name == "persistent_topk":  # read as uint32: about 4e9
+                raise KernelPreconditionError(f"row {r}: negative length {end}: persistent_topk reads it as uint32")
+            end = 0  # cooperative clamps at 0
+        if clamp_to is not None:
+            end = min(end, clamp_to)
+        if end > width:
+            raise KernelPreconditionError(f"row {r}: length {end} > width {width}: {name} reads past the row")
+        row = _emit(_row(logits, stride0, r, end), 0, end, k, False, gen).to(torch.int32)
+        keep = k - unwritten if end > k else k
+        output[r, :keep] = row[:keep]
+
+
+def _persistent_topk(logits: Tensor, lengths: Tensor, output: Tensor, workspace: Tensor, k: int,
+                     max_seq_len: int) -> None:
+    VLLM_RADIX.log.calls.append(dict(fn="persistent", lengths=lengths.clone(), workspace=workspace, k=k,
+                                     max_seq_len=max_seq_len, rows=logits.shape[0]))
+    rows = logits.shape[0]
+    # Up to 32 rows: one RadixRowState per row group (<= rows groups), memset by the
+    # kernel. More rows take FilteredTopK (>= 128 KB smem per block), no workspace.
+    need = rows * RADIX_ROW_STATE_BYTES if rows <= 32 else 0
+    _radix_checks("persistent_topk", logits, lengths, output, workspace, k, need)
+    # vLLM documents max_seq_len as clamping each row's length (indexer_topk.py:334-338).
+    _radix_rows("persistent_topk", logits, lengths, output, k, max_seq_len, 0)
+
+
+def _cooperative_topk(logits: Tensor, lengths: Tensor, output: Tensor, workspace: Tensor, k: int,
+                      max_seq_len: int) -> None:
+    VLLM_RADIX.log.calls.append(dict(fn="cooperative", lengths=lengths.clone(), workspace=workspace, k=k,
+                                     max_seq_len=max_seq_len, rows=logits.shape[0]))
+    rows = logits.shape[0]
+    if rows > COOPERATIVE_MAX_ROWS:
+        raise KernelPreconditionError(f"cooperative_topk supports <={COOPERATIVE_MAX_ROWS} rows, got {rows}")
+    if logits.dim() == 2 and logits.stride(0) % 4:
+        raise KernelPreconditionError(f"cooperative_topk: stride must be multiple of 4, got {logits.stride(0)}")
+    if logits.data_ptr() % 16:  # not checked by the kernel: a misaligned TMA copy faults
+        raise KernelPreconditionError("cooperative_topk: logits base address is not 16-byte aligned")
+    _radix_checks("cooperative_topk", logits, lengths, output, workspace, k, rows * max(k, 1024) * TIE_BYTES)
+    # max_seq_len is unused by this kernel ("kept for signature parity").
+    _radix_rows("cooperative_topk", logits, lengths, output, k, None, VLLM_RADIX.unwritten)
+
+
+def register_vllm_radix_double() -> str:
+    """Define (once per process) ops with the radix kernels' schemas in a test namespace."""
+    global _vllm_radix_lib
+    if _vllm_radix_lib is None:
+        lib = torch.library.Library(VLLM_RADIX_DOUBLE_NAMESPACE, "DEF")
+        for name, schema in VLLM_RADIX_SCHEMAS.items():
+            lib.define(name + schema)
+        lib.impl("persistent_topk", _persistent_topk, "CompositeExplicitAutograd")
+        lib.impl("cooperative_topk", _cooperative_topk, "CompositeExplicitAutograd")
+        _vllm_radix_lib = lib
+    return VLLM_RADIX_DOUBLE_NAMESPACE

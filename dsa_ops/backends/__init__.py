@@ -1,7 +1,8 @@
 """The backend registry: name -> :class:`~dsa_ops.backends.base.Backend`.
 
-Modules listed in ``_MODULES`` each define ``BACKEND``; importing them must not import
-optional dependencies (triton, aiter, vllm), which load inside the writers and probes.
+Modules listed in ``_MODULES`` each define ``BACKEND`` (one record) or ``BACKENDS`` (a
+tuple of records); importing them must not import optional dependencies (triton, aiter,
+vllm), which load inside the writers and probes.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ _MODULES = (
     "dsa_ops.backends.torch_topk",
     "dsa_ops.backends.aiter",
     "dsa_ops.backends.vllm_intree",
+    "dsa_ops.backends.vllm_radix",
     "dsa_ops.backends.triton",
 )
 
@@ -38,9 +40,10 @@ def register(backend: Backend) -> Backend:
 
 def load_builtin() -> None:
     for mod in _MODULES:
-        backend = importlib.import_module(mod).BACKEND
-        if backend.name not in BACKENDS:
-            register(backend)
+        module = importlib.import_module(mod)
+        for backend in getattr(module, "BACKENDS", None) or (module.BACKEND,):
+            if backend.name not in BACKENDS:
+                register(backend)
 
 
 def backends(include_test_only: bool = False) -> Mapping[str, Backend]:
