@@ -18,7 +18,7 @@ def test_help_lists_every_command(capsys):
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without a GPU")
-@pytest.mark.parametrize("command", [["calibrate"], ["bench"]])
+@pytest.mark.parametrize("command", [["calibrate"], ["bench"], ["bench", "--e2e"]])
 def test_gpu_commands_refuse_on_cpu(command, capsys):
     assert cli.main(command) == 2
     err = capsys.readouterr().err

@@ -47,6 +47,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backends", default="", help="comma list (default: every available backend)")
     p.add_argument("--verify-rows", type=int, default=8, help="rows per shape checked against the reference")
     p.add_argument("--ref-max-elems", type=int, default=1 << 24, help="time the reference only up to R*W elements")
+    from dsa_ops.commands import bench_e2e
+
+    bench_e2e.add_arguments(p)
 
 
 def _ints(s: str) -> list[int]:
@@ -217,6 +220,10 @@ def run(args: argparse.Namespace) -> int:
     if args.reps < 30:
         _log(f"--reps {args.reps} raised to 30 (the minimum for a median here)")
         args.reps = 30
+    if args.e2e:
+        from dsa_ops.commands import bench_e2e
+
+        return bench_e2e.run(args, _meta())
     wanted = [n for n in args.backends.split(",") if n] or list(dsa_ops.backends())
     names = [n for n in wanted if dsa_ops.backends()[n].availability()]
     for n in wanted:
