@@ -26,7 +26,7 @@ import torch
 from torch import Tensor
 
 from dsa_ops.backends.base import YES, Backend, Query, Support
-from dsa_ops.backends.reference import row_lengths
+from dsa_ops.backends.rows import decode_ends, prefill_windows, row_pitch
 
 MODULE = "aiter.ops.topk"
 DECODE_FN = "top_k_per_row_decode"
@@ -56,35 +56,25 @@ def _kwargs(fn: Callable[..., Any], k: int, stable: bool) -> dict[str, Any]:
     return kw
 
 
-def _pitch(logits: Tensor) -> int:
-    # A single row's stride(0) is arbitrary (validate skips it); its pitch is its width.
-    rows, width = logits.shape
-    return int(logits.stride(0)) if rows > 1 else int(width)
-
-
 def decode(logits: Tensor, lengths: Tensor, k: int, next_n: int, stable: bool, out: Tensor) -> None:
     """Decode writer: one clamped length per row, next_n = 1 (contract §2.1, §8 item 2)."""
-    from dsa_ops.validate import decode_layout
-
-    rows, width = logits.shape
+    rows = logits.shape[0]
     if rows == 0:
         return
-    ends = row_lengths(lengths, rows, next_n, decode_layout(lengths, rows, next_n), clamp_to=width)
-    ends = ends.to(torch.int32).contiguous()
+    ends = decode_ends(logits, lengths, next_n, torch.int32)
     fn = _entry(DECODE_FN)
-    fn(logits, 1, ends, out, rows, _pitch(logits), int(logits.stride(1)), **_kwargs(fn, k, stable))
+    fn(logits, 1, ends, out, rows, row_pitch(logits), int(logits.stride(1)), **_kwargs(fn, k, stable))
 
 
 def prefill(logits: Tensor, row_starts: Tensor, row_ends: Tensor, k: int, stable: bool, out: Tensor) -> None:
     """Prefill writer: clamped windows in, chunk-global columns out, made sequence-local."""
-    rows, width = logits.shape
+    rows = logits.shape[0]
     if rows == 0:
         return
-    s = row_starts.clamp(0, width)
-    # An inverted window is empty (all -1); AITER handles it, but we do not rely on that.
-    e = torch.maximum(row_ends.clamp(0, width), s)
+    # An inverted window becomes empty (all -1); AITER handles it, but we do not rely on that.
+    s, e = prefill_windows(logits, row_starts, row_ends, torch.int32)
     fn = _entry(PREFILL_FN)
-    fn(logits, s, e, out, None, rows, _pitch(logits), int(logits.stride(1)), **_kwargs(fn, k, stable))
+    fn(logits, s, e, out, None, rows, row_pitch(logits), int(logits.stride(1)), **_kwargs(fn, k, stable))
     # Chunk-global j -> j - s; -1 stays -1 (vLLM does the same in a Triton kernel).
     out.copy_(torch.where(out >= 0, out - s[:, None], -1))
 

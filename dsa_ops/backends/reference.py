@@ -76,19 +76,17 @@ def select_window(logits: Tensor, starts: Tensor, ends: Tensor, k: int, out: Ten
 
 def decode(logits: Tensor, lengths: Tensor, k: int, next_n: int, stable: bool, out: Tensor) -> None:
     """Decode writer: row r's window is [0, clamp(L_r, 0, W))."""
-    from dsa_ops.validate import decode_layout
+    from dsa_ops.backends.rows import decode_ends
 
-    rows, width = logits.shape
-    ends = row_lengths(lengths, rows, next_n, decode_layout(lengths, rows, next_n), clamp_to=width)
+    ends = decode_ends(logits, lengths, next_n)
     select_window(logits, torch.zeros_like(ends), ends, k, out)
 
 
 def prefill(logits: Tensor, row_starts: Tensor, row_ends: Tensor, k: int, stable: bool, out: Tensor) -> None:
     """Prefill writer: row r's window is [s_r, e_r) clamped to [0, W]; indices are j - s_r."""
-    width = logits.shape[1]
-    s = row_starts.to(torch.int64).clamp(0, width)
-    e = row_ends.to(torch.int64).clamp(0, width)
-    select_window(logits, s, e, k, out)
+    from dsa_ops.backends.rows import prefill_windows
+
+    select_window(logits, *prefill_windows(logits, row_starts, row_ends), k, out)
 
 
 def _supports(query: Query) -> Support:

@@ -13,7 +13,7 @@ import torch
 from torch import Tensor
 
 from dsa_ops.backends.base import YES, Backend, Query, Support
-from dsa_ops.backends.reference import row_lengths
+from dsa_ops.backends.rows import decode_ends, prefill_windows
 
 
 def _masked_topk(logits: Tensor, starts: Tensor, ends: Tensor, k: int, out: Tensor) -> None:
@@ -36,18 +36,12 @@ def _masked_topk(logits: Tensor, starts: Tensor, ends: Tensor, k: int, out: Tens
 
 
 def decode(logits: Tensor, lengths: Tensor, k: int, next_n: int, stable: bool, out: Tensor) -> None:
-    from dsa_ops.validate import decode_layout
-
-    rows, width = logits.shape
-    ends = row_lengths(lengths, rows, next_n, decode_layout(lengths, rows, next_n), clamp_to=width)
+    ends = decode_ends(logits, lengths, next_n)
     _masked_topk(logits, torch.zeros_like(ends), ends, k, out)
 
 
 def prefill(logits: Tensor, row_starts: Tensor, row_ends: Tensor, k: int, stable: bool, out: Tensor) -> None:
-    width = logits.shape[1]
-    s = row_starts.to(torch.int64).clamp(0, width)
-    e = row_ends.to(torch.int64).clamp(0, width)
-    _masked_topk(logits, s, e, k, out)
+    _masked_topk(logits, *prefill_windows(logits, row_starts, row_ends), k, out)
 
 
 def _supports(query: Query) -> Support:

@@ -34,7 +34,7 @@ import torch
 from torch import Tensor
 
 from dsa_ops.backends.base import YES, Backend, Query, Support, module_version
-from dsa_ops.backends.reference import row_lengths
+from dsa_ops.backends.rows import decode_ends, prefill_windows, row_pitch
 
 # The op namespace; tests point it at a namespace holding test doubles with these schemas.
 NAMESPACE = "_C"
@@ -48,31 +48,22 @@ def _op(name: str):
     return getattr(getattr(torch.ops, NAMESPACE), name)
 
 
-def _pitch(logits: Tensor) -> int:
-    rows, width = logits.shape
-    return int(logits.stride(0)) if rows > 1 else int(width)
-
-
 def decode(logits: Tensor, lengths: Tensor, k: int, next_n: int, stable: bool, out: Tensor) -> None:
     """Decode writer: per-row lengths clamped to [0, W], 1-D, next_n = 1."""
-    from dsa_ops.validate import decode_layout
-
-    rows, width = logits.shape
+    rows = logits.shape[0]
     if rows == 0:
         return
-    ends = row_lengths(lengths, rows, next_n, decode_layout(lengths, rows, next_n), clamp_to=width)
-    ends = ends.to(torch.int32).contiguous()
-    _op(DECODE_OP)(logits, 1, ends, out, rows, _pitch(logits), int(logits.stride(1)), k)
+    ends = decode_ends(logits, lengths, next_n, torch.int32)
+    _op(DECODE_OP)(logits, 1, ends, out, rows, row_pitch(logits), int(logits.stride(1)), k)
 
 
 def prefill(logits: Tensor, row_starts: Tensor, row_ends: Tensor, k: int, stable: bool, out: Tensor) -> None:
     """Prefill writer: windows clamped to 0 <= s <= e <= W; output is already local."""
-    rows, width = logits.shape
+    rows = logits.shape[0]
     if rows == 0:
         return
-    s = row_starts.clamp(0, width)
-    e = torch.maximum(row_ends.clamp(0, width), s)
-    _op(PREFILL_OP)(logits, s, e, out, rows, _pitch(logits), int(logits.stride(1)), k)
+    s, e = prefill_windows(logits, row_starts, row_ends, torch.int32)
+    _op(PREFILL_OP)(logits, s, e, out, rows, row_pitch(logits), int(logits.stride(1)), k)
 
 
 def _available() -> Support:

@@ -57,7 +57,7 @@ import torch
 from torch import Tensor
 
 from dsa_ops.backends.base import YES, Backend, Query, Support, module_version
-from dsa_ops.backends.reference import row_lengths
+from dsa_ops.backends.rows import decode_ends
 
 # The op namespace; tests point it at a namespace holding test doubles with these schemas.
 NAMESPACE = "_C"
@@ -102,15 +102,6 @@ def workspace(device: torch.device) -> Tensor:
     return ws
 
 
-def _per_row_lengths(logits: Tensor, lengths: Tensor, next_n: int) -> Tensor:
-    """One length per row, clamped to [0, W]: contiguous int32 (R,)."""
-    from dsa_ops.validate import decode_layout
-
-    rows, width = logits.shape
-    ends = row_lengths(lengths, rows, next_n, decode_layout(lengths, rows, next_n), clamp_to=width)
-    return ends.to(torch.int32).contiguous()
-
-
 def _check_tma(logits: Tensor) -> None:
     """cooperative_topk's row layout requirements (16-byte TMA copies), as a ValueError."""
     pitch = int(logits.stride(0))
@@ -133,7 +124,7 @@ def decode_persistent(logits: Tensor, lengths: Tensor, k: int, next_n: int, stab
     rows, width = logits.shape
     if rows == 0:
         return
-    ends = _per_row_lengths(logits, lengths, next_n)
+    ends = decode_ends(logits, lengths, next_n, torch.int32)
     # max_seq_len = W: bounds every clamped length on every replay (see module docstring).
     _op(PERSISTENT_OP)(logits, ends, out, workspace(logits.device), k, int(width))
 
@@ -144,7 +135,7 @@ def decode_cooperative(logits: Tensor, lengths: Tensor, k: int, next_n: int, sta
     if rows == 0:
         return
     _check_tma(logits)
-    ends = _per_row_lengths(logits, lengths, next_n)
+    ends = decode_ends(logits, lengths, next_n, torch.int32)
     if rows > COOPERATIVE_MAX_ROWS:
         # R is fixed per capture, so this branch is taken identically on every replay.
         _op(PERSISTENT_OP)(logits, ends, out, workspace(logits.device), k, int(width))
