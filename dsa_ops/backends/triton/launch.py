@@ -7,7 +7,9 @@ Workspace: a cached allocation per (device, stream, sizes), never freed while th
 lives. ``cnt`` (int64 counters) must be zero before a launch; it is zeroed once when
 allocated and every launch restores it (the last program of each row writes the zeros
 back), so replays of a captured graph need no memset. ``ws`` (int32 buffers) needs no
-initial value. Allocated during capture, both come from the graph's pool, which is fine.
+initial value. Both are allocated on a private side stream, outside any graph's private
+pool (see ``_outside_graph_pools``), so they work under manual capture and under
+``torch.compile(mode="reduce-overhead")``.
 """
 
 from __future__ import annotations
@@ -85,10 +87,37 @@ def workspace(device: torch.device, slots: int, ws_stride: int) -> tuple[Tensor,
     key = (device.type, device.index, stream, slots, ws_stride)
     hit = _WORKSPACES.get(key)
     if hit is None:
-        ws = torch.empty((slots, ws_stride), dtype=torch.int32, device=device)
-        cnt = torch.zeros((slots, CNT_STRIDE), dtype=torch.int64, device=device)
+        with _outside_graph_pools(device):
+            ws = torch.empty((slots, ws_stride), dtype=torch.int32, device=device)
+            cnt = torch.empty((slots, CNT_STRIDE), dtype=torch.int64, device=device)
+        # Zeroed on the caller's stream so it is ordered before the launch; inside a capture
+        # the memset becomes part of that graph (harmless: the kernel leaves cnt zeroed).
+        cnt.zero_()
         hit = _WORKSPACES[key] = (ws, cnt)
     return hit
+
+
+_ALLOC_STREAMS: dict[int, "torch.cuda.Stream"] = {}
+
+
+def _outside_graph_pools(device: torch.device):
+    """Allocate from the ordinary caching pool, never from a graph's private pool.
+
+    A graph capture (and Inductor's cudagraph trees, during warm-up too) routes the
+    allocations made on its stream to the graph's pool; a cached workspace living there
+    outlives the graph's outputs, which cudagraph trees reject ("tensors in the cudagraph
+    pool not tracked as outputs"). Allocating on a private side stream escapes that
+    routing. The buffers are never freed, so no cross-stream reuse can follow.
+    """
+    import contextlib
+
+    if device.type != "cuda":
+        return contextlib.nullcontext()
+    idx = device.index if device.index is not None else torch.cuda.current_device()
+    side = _ALLOC_STREAMS.get(idx)
+    if side is None:
+        side = _ALLOC_STREAMS[idx] = torch.cuda.Stream(device=idx)
+    return torch.cuda.stream(side)
 
 
 def launch(logits: Tensor, lens: Tensor, starts: Tensor, ends: Tensor, k: int, next_n: int,
