@@ -172,25 +172,32 @@ def _plot(records: list[dict], names: list[str], path: str) -> str:
         import matplotlib.pyplot as plt
     except Exception:
         return "matplotlib is not importable: no PNG written"
-    dec = [r for r in records if r["family"] == "decode" and isinstance(r["length"], int) and not r.get("skipped")]
+    dec = [r for r in records if r["family"] == "decode" and isinstance(r["length"], int) and "median_us" in r]
     panels = sorted({(r["width"], r["rows"]) for r in dec})
     if not panels:
         return "no decode timings to plot"
     cols = min(4, len(panels))
     nrow = -(-len(panels) // cols)
     fig, axes = plt.subplots(nrow, cols, figsize=(4 * cols, 3.2 * nrow), squeeze=False)
+    colors = {n: f"C{i}" for i, n in enumerate(names)}  # one colour per backend in every panel
     for ax, (w, rows) in zip(axes.flat, panels):
         for n in names:
             pts = sorted((r["length"], r["median_us"]) for r in dec if r["backend"] == n and (r["width"], r["rows"]) == (w, rows))
             if pts:
-                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=n)
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=n, color=colors[n])
+        tgt = sorted({(r["length"], r["targets"]["target_us"]) for r in dec
+                      if (r["width"], r["rows"]) == (w, rows) and r["targets"].get("target_us")})
+        if tgt:
+            ax.plot([p[0] for p in tgt], [p[1] for p in tgt], "k--", marker="x", label="target")
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_title(f"W={w}, rows={rows}", fontsize=9)
         ax.set_xlabel("live length L")
         ax.set_ylabel("us per call (graph replay)")
         ax.grid(True, alpha=0.3)
-    axes.flat[0].legend(fontsize=7)
+    for ax in axes.flat:
+        if ax.lines:
+            ax.legend(fontsize=6)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     return f"wrote {path}"
