@@ -7,8 +7,10 @@ Workspace: a cached allocation per (device, stream, sizes), never freed while th
 lives. ``cnt`` (int64 counters) must be zero before a launch; it is zeroed once when
 allocated and every launch restores it (the last program of each row writes the zeros
 back), so replays of a captured graph need no memset. ``ws`` (int32 buffers) needs no
-initial value. Both are allocated on a private side stream, outside any graph's private
-pool (see ``_outside_graph_pools``), so they work under manual capture and under
+initial value. Outside a capture they are allocated on a helper thread, so they never land
+in a graph's private pool (cudagraph trees route a thread's allocations there; see
+``_allocate_outside_pools``). A first use *inside* a capture takes graph-pool temporaries
+instead (cnt's memset is then part of that graph). Both paths serve manual capture and
 ``torch.compile(mode="reduce-overhead")``.
 """
 
@@ -72,7 +74,7 @@ def plan(rows: int, width: int, k: int, device: torch.device, slices: int | None
     if slices is None:
         slices = max(1, min(-(-width // BLOCK), target // max(rows, 1), MAX_SLICES))
     if cap is None:
-        cap = max(k, min(width, max(CAP_MIN, min(CAP_MAX, _next_pow2(width) // 8))))
+        cap = max(k, min(width, max(CAP_MIN, min(CAP_MAX, _next_pow2(width) // 4))))
     if slices <= 1:
         return Plan(grid0=max(1, min(rows, target)), slices=1, split=False, count=False, cap=cap)
     return Plan(grid0=rows, slices=slices, split=True, count=slices >= 8 if count is None else count, cap=cap)
@@ -86,38 +88,45 @@ def workspace(device: torch.device, slots: int, ws_stride: int) -> tuple[Tensor,
     stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
     key = (device.type, device.index, stream, slots, ws_stride)
     hit = _WORKSPACES.get(key)
-    if hit is None:
-        with _outside_graph_pools(device):
-            ws = torch.empty((slots, ws_stride), dtype=torch.int32, device=device)
-            cnt = torch.empty((slots, CNT_STRIDE), dtype=torch.int64, device=device)
-        # Zeroed on the caller's stream so it is ordered before the launch; inside a capture
-        # the memset becomes part of that graph (harmless: the kernel leaves cnt zeroed).
-        cnt.zero_()
-        hit = _WORKSPACES[key] = (ws, cnt)
+    if hit is not None:
+        return hit
+    if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+        # First use inside a capture: temporaries from this graph's pool, living as long as
+        # the graph; cnt's zeroing is captured with it.
+        return (torch.empty((slots, ws_stride), dtype=torch.int32, device=device),
+                torch.zeros((slots, CNT_STRIDE), dtype=torch.int64, device=device))
+    hit = _WORKSPACES[key] = _allocate_outside_pools(device, slots, ws_stride)
     return hit
 
 
-_ALLOC_STREAMS: dict[int, "torch.cuda.Stream"] = {}
+def _allocate_outside_pools(device: torch.device, slots: int, ws_stride: int) -> tuple[Tensor, Tensor]:
+    """Allocate (and zero ``cnt``) from the ordinary caching pool, on a helper thread.
 
-
-def _outside_graph_pools(device: torch.device):
-    """Allocate from the ordinary caching pool, never from a graph's private pool.
-
-    A graph capture (and Inductor's cudagraph trees, during warm-up too) routes the
-    allocations made on its stream to the graph's pool; a cached workspace living there
-    outlives the graph's outputs, which cudagraph trees reject ("tensors in the cudagraph
-    pool not tracked as outputs"). Allocating on a private side stream escapes that
-    routing. The buffers are never freed, so no cross-stream reuse can follow.
+    Inductor's cudagraph trees route every allocation of the *thread* that warms up or
+    records a graph to the graph's pool; a cached workspace living there outlives the
+    graph's outputs and is rejected ("tensors in the cudagraph pool not tracked as
+    outputs"). Another thread's allocations are not routed. Never called during a capture.
     """
-    import contextlib
-
     if device.type != "cuda":
-        return contextlib.nullcontext()
-    idx = device.index if device.index is not None else torch.cuda.current_device()
-    side = _ALLOC_STREAMS.get(idx)
-    if side is None:
-        side = _ALLOC_STREAMS[idx] = torch.cuda.Stream(device=idx)
-    return torch.cuda.stream(side)
+        return (torch.empty((slots, ws_stride), dtype=torch.int32, device=device),
+                torch.zeros((slots, CNT_STRIDE), dtype=torch.int64, device=device))
+    import threading
+
+    box: list = []
+
+    def alloc() -> None:
+        with torch.cuda.device(device):
+            ws = torch.empty((slots, ws_stride), dtype=torch.int32, device=device)
+            cnt = torch.zeros((slots, CNT_STRIDE), dtype=torch.int64, device=device)
+            torch.cuda.current_stream(device).synchronize()  # zeros land before any launch
+            box.append((ws, cnt))
+
+    t = threading.Thread(target=alloc, name="dsa_ops-workspace")
+    t.start()
+    t.join()
+    if not box:
+        raise RuntimeError("dsa_ops triton backend: workspace allocation failed on the helper thread")
+    return box[0]
 
 
 def launch(logits: Tensor, lens: Tensor, starts: Tensor, ends: Tensor, k: int, next_n: int,
@@ -133,9 +142,9 @@ def launch(logits: Tensor, lens: Tensor, starts: Tensor, ends: Tensor, k: int, n
     ws, cnt = workspace(logits.device, p.grid0, p.ws_stride + k + 16)  # + tie columns, splitters
     topk_kernel[(p.grid0, p.slices)](
         logits, logits.stride(0), lens, starts, ends, out, ws, cnt,
-        rows, width, k, next_n, p.slices, int(is_prefill), int(p.split), int(p.count), int(stable),
+        rows, width, k, next_n, p.slices, int(p.split), int(p.count), int(stable),
         p.cap, ws.stride(0), dbg,
-        NS=NS, MF=MF, CH=CH, BLOCK=BLOCK, BC=BC, BS=BS, num_warps=NUM_WARPS,
+        PREFILL=bool(is_prefill), NS=NS, MF=MF, CH=CH, BLOCK=BLOCK, BC=BC, BS=BS, num_warps=NUM_WARPS,
         **({} if logits.device.type == "cpu" else {"maxnreg": MAXNREG}),
     )
 
