@@ -53,7 +53,9 @@ def flush_buffer(device: torch.device, nbytes: int = FLUSH_BYTES) -> torch.Tenso
 
 
 def capture(fn: Callable[[], object], warmup: int = 2) -> torch.cuda.CUDAGraph:
-    """Warm ``fn`` up on a side stream (compiles kernels, fills caches), then capture one call."""
+    """Warm ``fn`` up on a side stream (compiles kernels, fills per-stream caches such as a
+    backend's workspace), then capture one call on that same stream, so the graph holds the
+    call itself and no first-use allocation or memset."""
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
@@ -61,7 +63,7 @@ def capture(fn: Callable[[], object], warmup: int = 2) -> torch.cuda.CUDAGraph:
             fn()
     torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    with torch.cuda.graph(graph, stream=side):
         fn()
     torch.cuda.synchronize()
     return graph

@@ -29,8 +29,8 @@ CH = 32  # rank column chunk: (NS, CH) compares at a time
 BLOCK = 4096  # streaming block (columns per iteration of a slice; 32 KB in flight with the prefetch)
 BC = 512  # block of the 2-D passes: splitter counts and the fallback radix ((BC, 16) compares)
 BS = 1024  # block of the 1-D passes over buffers and rows (split, copy, ordered emission)
-NUM_WARPS = 8
-MAXNREG = 128  # two programs per multiprocessor (ptxas wants ~175 otherwise; spills ~24 bytes)
+NUM_WARPS = 16  # one 512-thread program per multiprocessor: half the elements per thread of 8 warps
+MAXNREG = 128  # 65536 registers / 512 threads (ptxas wants ~250; spills ~256 bytes a thread)
 MAX_SLICES = 64  # per row: more programs only add same-address atomics
 CAP_MIN, CAP_MAX = 4096, 65536  # mid-buffer entries per slot (bounded by W)
 CNT_STRIDE = 32  # int64 counters per slot: win, mid, tie, arrivals, 16 splitter counts; [31] fallbacks
@@ -64,13 +64,13 @@ def _next_pow2(n: int) -> int:
 
 def plan(rows: int, width: int, k: int, device: torch.device, slices: int | None = None,
          cap: int | None = None, count: bool | None = None) -> Plan:
-    """Pick split or row mode: about two programs per multiprocessor in either case.
+    """Pick split or row mode: about one program per multiprocessor in either case.
 
     ``slices``, ``cap`` and ``count`` override the programs per row, the mid-buffer size and
     in-stream bucket counting (tests and tuning use them to reach every path).
     """
     sms = _num_sms(device.type, device.index or 0)
-    target = 2 * sms
+    target = sms
     if slices is None:
         slices = max(1, min(-(-width // BLOCK), target // max(rows, 1), MAX_SLICES))
     if cap is None:
