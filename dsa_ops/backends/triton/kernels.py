@@ -46,12 +46,9 @@ from dsa_ops.backends.triton.kernels_select import (  # noqa: F401  (jit helpers
 
 
 @triton.jit
-def _stream(rbase, s0, lo, hi, t_lo, t_hi, u, out_row, k, mk, mi, tie, us, cap, cnt_row, split, lim,
+def _stream(row, lo, hi, t_lo, t_hi, u, out_row, k, mk, mi, tie, us, cap, cnt_row, split, lim,
             BLOCK: tl.constexpr, COUNT: tl.constexpr):
-    """The one read of a slice [lo, hi) (columns from the row start ``rbase``; the window starts
-    at ``s0``, and written indices are ``column - s0``): classify, write winners / mid / ties,
-    count splitters. Blocks start at a multiple of 4 columns so that, with an aligned row
-    pitch, Triton keeps 4 contiguous columns per thread (cheap scans, no per-register shuffles).
+    """The one read of a slice [lo, hi): classify, write winners / mid / ties, count splitters.
 
     Reads logits[lo:hi] once (next block prefetched). Writes out (key < t_lo, unless stable),
     mid (key, column) and tie columns at atomic (split) or running positions. Row counters
@@ -70,14 +67,12 @@ def _stream(rbase, s0, lo, hi, t_lo, t_hi, u, out_row, k, mk, mi, tie, us, cap, 
     cm = tl.zeros([], tl.int32)
     ct = tl.zeros([], tl.int32)
     acc = tl.zeros([16], tl.int32)
-    start0 = (lo // 4) * 4
-    x = tl.load(rbase + start0 + ar, mask=(start0 + ar >= lo) & (start0 + ar < hi), other=0.0)
-    for start in range(start0, hi, BLOCK):
+    x = tl.load(row + lo + ar, mask=lo + ar < hi, other=0.0)
+    for start in range(lo, hi, BLOCK):
         o = start + ar
-        v = (o >= lo) & (o < hi)
+        v = o < hi
         on = o + BLOCK
-        xn = tl.load(rbase + on, mask=on < hi, other=0.0)  # prefetch: its latency overlaps this block
-        o = o - s0  # window-local column
+        xn = tl.load(row + on, mask=on < hi, other=0.0)  # prefetch: its latency overlaps this block
         key = _skey(x)
         win = v & (key < t_lo)
         tie_m = v & (key == t_hi)
@@ -204,16 +199,16 @@ def _trivial(out_row, L, k, BS: tl.constexpr):
         tl.store(out_row + o, tl.where(o < L, o, -1), mask=o < k)
 
 
-@triton.jit(do_not_specialize=["R", "W", "k", "next_n", "n_slices", "split", "count", "stable", "dbg"])
+@triton.jit(do_not_specialize=["stride_r", "R", "W", "k", "next_n", "n_slices", "is_prefill", "split",
+                               "count", "stable", "cap", "ws_stride", "dbg"])
 def topk_kernel(logits, stride_r, lens, starts, ends, out, ws, cnt,
-                R, W, k, next_n, n_slices, split, count, stable, cap, ws_stride, dbg,
-                PREFILL: tl.constexpr, NS: tl.constexpr, MF: tl.constexpr, CH: tl.constexpr, BLOCK: tl.constexpr,
-                BC: tl.constexpr, BS: tl.constexpr):
+                R, W, k, next_n, n_slices, is_prefill, split, count, stable, cap, ws_stride, dbg,
+                NS: tl.constexpr, MF: tl.constexpr, CH: tl.constexpr, BLOCK: tl.constexpr, BC: tl.constexpr,
+                BS: tl.constexpr):
     """Grid (G0, n_slices). Split mode: G0 = R, program (r, s) owns slice s of row r and the
     row's workspace slot r. Row mode (n_slices = 1): program g loops over rows g, g + G0, ...
-    with private slot g. Flags (split, count, stable) are runtime ints; the row pitch, the
-    buffer sizes and PREFILL are specialised so Triton can prove 16-byte alignment (decode
-    rows start at the row start; prefill windows start anywhere)."""
+    with private slot g. Flags (is_prefill, split, count, stable) are runtime ints so one
+    compiled kernel serves every call."""
     pid0 = tl.program_id(0)
     pid_s = tl.program_id(1)
     g0 = tl.num_programs(0)
@@ -227,17 +222,16 @@ def topk_kernel(logits, stride_r, lens, starts, ends, out, ws, cnt,
     lim = tl.where(stable != 0, 0, k)  # definite winners go to out unless stable
     for r in range(pid0, R, g0):
         tl.debug_barrier()  # row mode reuses the slot: the last row's reads finish before new writes
-        # Row window from the device lengths, clamped to [0, W].
+        # Row window from the device lengths, clamped to [0, W] (branch-free, masked loads).
+        pf = is_prefill != 0
+        s_raw = tl.load(starts + r, mask=pf, other=0)
+        e_raw = tl.load(ends + r, mask=pf, other=0)
+        l_raw = tl.load(lens + r // next_n, mask=is_prefill == 0, other=0) - next_n + 1 + r % next_n
+        s0 = tl.where(pf, tl.minimum(tl.maximum(s_raw, 0), W), 0)
+        e0 = tl.minimum(tl.maximum(e_raw, 0), W)
+        L = tl.where(pf, tl.maximum(e0 - s0, 0), tl.minimum(tl.maximum(l_raw, 0), W))
         r64 = r + tl.zeros([], tl.int64)  # the loop index is a Python int in the interpreter
-        rbase = logits + r64 * stride_r
-        if PREFILL:
-            s0 = tl.minimum(tl.maximum(tl.load(starts + r), 0), W)
-            e0 = tl.minimum(tl.maximum(tl.load(ends + r), 0), W)
-            L = tl.maximum(e0 - s0, 0)
-        else:
-            s0 = tl.zeros([], tl.int32)
-            L = tl.minimum(tl.maximum(tl.load(lens + r // next_n) - next_n + 1 + r % next_n, 0), W)
-        row = rbase + s0
+        row = logits + r64 * stride_r + s0
         out_row = out + r64 * k
         if L <= k:
             if pid_s == 0:
@@ -256,11 +250,11 @@ def topk_kernel(logits, stride_r, lens, starts, ends, out, ws, cnt,
                 if dbg == 1:  # timing probe: pivots only
                     tl.store(out_row + pid_s, t_lo + t_hi)
                 elif count != 0:  # split mode, many slices: programs count splitter buckets too
-                    cw, cm, ct, acc = _stream(rbase, s0, s0 + lo, s0 + hi, t_lo, t_hi, u, out_row, k, mk, mi, tie,
-                                              tie + k, cap, cnt_row, split, lim, BLOCK, True)
+                    cw, cm, ct, acc = _stream(row, lo, hi, t_lo, t_hi, u, out_row, k, mk, mi, tie, tie + k, cap,
+                                              cnt_row, split, lim, BLOCK, True)
                 else:
-                    cw, cm, ct, acc = _stream(rbase, s0, s0 + lo, s0 + hi, t_lo, t_hi, u, out_row, k, mk, mi, tie,
-                                              tie + k, cap, cnt_row, split, lim, BLOCK, False)
+                    cw, cm, ct, acc = _stream(row, lo, hi, t_lo, t_hi, u, out_row, k, mk, mi, tie, tie + k, cap,
+                                              cnt_row, split, lim, BLOCK, False)
                 last = tl.zeros([], tl.int32) + (dbg != 1)
                 if (split != 0) & (dbg != 1):
                     tl.debug_barrier()  # this program's buffer writes happen-before its arrival

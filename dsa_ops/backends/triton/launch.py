@@ -29,8 +29,8 @@ CH = 32  # rank column chunk: (NS, CH) compares at a time
 BLOCK = 4096  # streaming block (columns per iteration of a slice; 32 KB in flight with the prefetch)
 BC = 512  # block of the 2-D passes: splitter counts and the fallback radix ((BC, 16) compares)
 BS = 1024  # block of the 1-D passes over buffers and rows (split, copy, ordered emission)
-NUM_WARPS = 16  # one 512-thread program per multiprocessor: half the elements per thread of 8 warps
-MAXNREG = 128  # 65536 registers / 512 threads (ptxas wants ~250; spills ~256 bytes a thread)
+NUM_WARPS = 8
+MAXNREG = 128  # two programs per multiprocessor (ptxas wants ~175 otherwise; spills ~24 bytes)
 MAX_SLICES = 64  # per row: more programs only add same-address atomics
 CAP_MIN, CAP_MAX = 4096, 65536  # mid-buffer entries per slot (bounded by W)
 CNT_STRIDE = 32  # int64 counters per slot: win, mid, tie, arrivals, 16 splitter counts; [31] fallbacks
@@ -64,17 +64,17 @@ def _next_pow2(n: int) -> int:
 
 def plan(rows: int, width: int, k: int, device: torch.device, slices: int | None = None,
          cap: int | None = None, count: bool | None = None) -> Plan:
-    """Pick split or row mode: about one program per multiprocessor in either case.
+    """Pick split or row mode: about two programs per multiprocessor in either case.
 
     ``slices``, ``cap`` and ``count`` override the programs per row, the mid-buffer size and
     in-stream bucket counting (tests and tuning use them to reach every path).
     """
     sms = _num_sms(device.type, device.index or 0)
-    target = sms
+    target = 2 * sms
     if slices is None:
         slices = max(1, min(-(-width // BLOCK), target // max(rows, 1), MAX_SLICES))
     if cap is None:
-        cap = max(k, min(width, max(CAP_MIN, min(CAP_MAX, _next_pow2(width) // 4))))
+        cap = max(k, min(width, max(CAP_MIN, min(CAP_MAX, _next_pow2(width) // 8))))
     if slices <= 1:
         return Plan(grid0=max(1, min(rows, target)), slices=1, split=False, count=False, cap=cap)
     return Plan(grid0=rows, slices=slices, split=True, count=slices >= 8 if count is None else count, cap=cap)
@@ -142,9 +142,9 @@ def launch(logits: Tensor, lens: Tensor, starts: Tensor, ends: Tensor, k: int, n
     ws, cnt = workspace(logits.device, p.grid0, p.ws_stride + k + 16)  # + tie columns, splitters
     topk_kernel[(p.grid0, p.slices)](
         logits, logits.stride(0), lens, starts, ends, out, ws, cnt,
-        rows, width, k, next_n, p.slices, int(p.split), int(p.count), int(stable),
+        rows, width, k, next_n, p.slices, int(is_prefill), int(p.split), int(p.count), int(stable),
         p.cap, ws.stride(0), dbg,
-        PREFILL=bool(is_prefill), NS=NS, MF=MF, CH=CH, BLOCK=BLOCK, BC=BC, BS=BS, num_warps=NUM_WARPS,
+        NS=NS, MF=MF, CH=CH, BLOCK=BLOCK, BC=BC, BS=BS, num_warps=NUM_WARPS,
         **({} if logits.device.type == "cpu" else {"maxnreg": MAXNREG}),
     )
 
