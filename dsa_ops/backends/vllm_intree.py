@@ -66,9 +66,9 @@ def prefill(logits: Tensor, row_starts: Tensor, row_ends: Tensor, k: int, stable
     _op(PREFILL_OP)(logits, s, e, out, rows, row_pitch(logits), int(logits.stride(1)), k)
 
 
-def _available() -> Support:
-    if not torch.cuda.is_available():
-        return Support(False, "no CUDA or ROCm GPU is visible (torch.cuda.is_available() is False)")
+def probe_compiled_ops(names: tuple[str, ...], namespace: str = NAMESPACE) -> Support:
+    """Whether one of vLLM's compiled extensions imports and registers ``names`` under
+    ``torch.ops.<namespace>`` (shared by the vLLM-backed backends)."""
     errors = []
     for ext in _EXTENSIONS:
         try:
@@ -77,10 +77,16 @@ def _available() -> Support:
             errors.append(f"{ext}: {exc!r}")
     if len(errors) == len(_EXTENSIONS):
         return Support(False, "vLLM's compiled ops do not import (" + "; ".join(errors) + ")")
-    missing = [n for n in (DECODE_OP, PREFILL_OP) if not hasattr(getattr(torch.ops, NAMESPACE), n)]
+    missing = [n for n in names if not hasattr(getattr(torch.ops, namespace), n)]
     if missing:
-        return Support(False, f"torch.ops.{NAMESPACE} has no {', '.join(missing)} (vLLM build without them)")
+        return Support(False, f"torch.ops.{namespace} has no {', '.join(missing)} (vLLM build without them)")
     return YES
+
+
+def _available() -> Support:
+    if not torch.cuda.is_available():
+        return Support(False, "no CUDA or ROCm GPU is visible (torch.cuda.is_available() is False)")
+    return probe_compiled_ops((DECODE_OP, PREFILL_OP))
 
 
 def _supports(query: Query) -> Support:

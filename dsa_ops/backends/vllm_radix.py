@@ -51,13 +51,14 @@ vLLM is imported lazily, inside the probe only; the writers look the ops up at c
 
 from __future__ import annotations
 
-import importlib
 
 import torch
 from torch import Tensor
 
 from dsa_ops.backends.base import YES, Backend, Query, Support, module_version
+from dsa_ops.backends import vllm_intree
 from dsa_ops.backends.rows import decode_ends
+from dsa_ops.backends.vllm_intree import probe_compiled_ops
 
 # The op namespace; tests point it at a namespace holding test doubles with these schemas.
 NAMESPACE = "_C"
@@ -73,7 +74,7 @@ COOPERATIVE_MAX_ROWS = 64
 _TMA_ALIGN_BYTES = 16
 # CUDA vLLM 0.33.0 registers these ops from _C_stable_libtorch; _C is tried as well, as
 # the in-tree backend does, in case a build registers them there.
-_EXTENSIONS = ("vllm._C_stable_libtorch", "vllm._C")
+_EXTENSIONS = vllm_intree._EXTENSIONS  # the same compiled extensions
 
 _WORKSPACES: dict[tuple[str, int], Tensor] = {}
 
@@ -164,19 +165,7 @@ def _available() -> Support:
         return Support(False, "ROCm build of torch: vLLM builds persistent_topk / cooperative_topk for CUDA only")
     if not torch.cuda.is_available():
         return Support(False, "no CUDA GPU is visible (torch.cuda.is_available() is False)")
-    errors = []
-    for ext in _EXTENSIONS:
-        try:
-            importlib.import_module(ext)
-        except Exception as exc:  # ImportError, or an ABI / driver mismatch
-            errors.append(f"{ext}: {exc!r}")
-    if len(errors) == len(_EXTENSIONS):
-        return Support(False, "vLLM's compiled ops do not import (" + "; ".join(errors) + ")")
-    ns = getattr(torch.ops, NAMESPACE)
-    missing = [n for n in (PERSISTENT_OP, COOPERATIVE_OP) if not hasattr(ns, n)]
-    if missing:
-        return Support(False, f"torch.ops.{NAMESPACE} has no {', '.join(missing)} (vLLM build without them)")
-    return YES
+    return probe_compiled_ops((PERSISTENT_OP, COOPERATIVE_OP), NAMESPACE)
 
 
 def _supports_persistent(query: Query) -> Support:
