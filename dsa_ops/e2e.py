@@ -189,6 +189,6 @@ def bench_e2e(backends: list[str], contexts=E2E_CONTEXTS, batches=E2E_BATCHES, r
                                  "step_us": round(t.median, 1), "p10_us": round(t.quantile(0.1), 1),
                                  "p90_us": round(t.quantile(0.9), 1), "kernels": kernels,
                                  "mismatches": check.mismatches})
-                    del setup, shaped, graph, out
+                    setup = shaped = graph = out = None  # free before the next shape
                     torch.cuda.empty_cache()
     return rows

@@ -85,7 +85,7 @@ def measure(args: argparse.Namespace, progress: Callable[[int, int, str], None] 
                 assert_prefill_equivalent(res, logits, starts, ends, k)
                 t = time_eager(call, reps=5, warmup=1)
             out.append(Measurement(family, name, rows, length, width, round(t.median, 3)))
-        del logits
+        logits = None  # free before the next shape
     return out
 
 
