@@ -26,9 +26,15 @@ def _stable(stable: Optional[bool]) -> bool:
     return policy_mod.current().stable if stable is None else bool(stable)
 
 
+def _width(logits: Tensor) -> Optional[int]:
+    """The width as a host int, or None under compile: ``int()`` on a symbolic width would
+    specialize the graph on it (a prefill chunk's width changes every step)."""
+    return None if torch.compiler.is_compiling() else int(logits.shape[1])
+
+
 def _backend_op(name: str, family: str, logits: Tensor, k: int, compress_ratio: int, stable: bool, out: bool):
     backend = get(name)
-    sup = backend.check(Query(family, logits.device.type, k, int(logits.shape[1]), stable, compress_ratio))
+    sup = backend.check(Query(family, logits.device.type, k, _width(logits), stable, compress_ratio))
     if not sup:
         raise ValueError(f"backend: {sup.reason}")
     return ops.backend_op(name, family, out=out)
@@ -89,8 +95,8 @@ def topk_decode(
         op = ops.generic_op("decode", out=out is not None)
     else:
         if backend is None:
-            backend = _policy_backend("decode", logits.device.type, k, compress_ratio, int(logits.shape[1]),
-                                      stable, False)
+            backend = _policy_backend("decode", logits.device.type, k, compress_ratio, _width(logits), stable,
+                                      False)
         op = _backend_op(backend, "decode", logits, k, compress_ratio, stable, out is not None)
     if out is None:
         return op(logits, lengths, k, next_n, compress_ratio, stable)
@@ -150,9 +156,7 @@ def topk_prefill(
         long = False
         if max_seqlen_k is not None and max_seqlen_k >= policy_mod.current().prefill_threshold:
             long = True
-        # The chunk width N changes every step; under compile it stays symbolic (None).
-        width = None if torch.compiler.is_compiling() else int(logits.shape[1])
-        backend = _policy_backend("prefill", logits.device.type, k, compress_ratio, width, stable, long)
+        backend = _policy_backend("prefill", logits.device.type, k, compress_ratio, _width(logits), stable, long)
     op = _backend_op(backend, "prefill", logits, k, compress_ratio, stable, out is not None)
     if out is None:
         return op(logits, row_starts, row_ends, k, compress_ratio, stable)

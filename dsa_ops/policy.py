@@ -115,7 +115,7 @@ class Policy:
         for i, rule in enumerate(rules):
             if not rule.matches(facts, long):
                 continue
-            query = Query(family, facts.device_type, facts.k, facts.width or 0, facts.stable, facts.compress_ratio)
+            query = Query(family, facts.device_type, facts.k, facts.width, facts.stable, facts.compress_ratio)
             try:
                 sup = get_backend(rule.backend).check(query)
             except ValueError as exc:  # rule names a backend that is not registered

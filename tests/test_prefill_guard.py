@@ -92,3 +92,19 @@ def test_max_seqlen_k_must_be_host_int():
     x, s, e = _inputs()
     with pytest.raises(ValueError, match="max_seqlen_k"):
         dsa_ops.topk_prefill(x, s, e, k=64, max_seqlen_k=torch.tensor(5))
+
+
+def test_compiled_prefill_width_changes_do_not_recompile(routed):
+    """The chunk width N changes every prefill step: still one graph per side."""
+    cnt = CompileCounterWithBackend("eager")
+
+    def prefill(x, s, e, max_seqlen_k):
+        return dsa_ops.topk_prefill(x, s, e, k=64, max_seqlen_k=max_seqlen_k)
+
+    torch._dynamo.reset()
+    fn = torch.compile(prefill, fullgraph=True, backend=cnt, dynamic=True)
+    for i, width in enumerate((400, 523, 777, 1200, 401, 950)):
+        x, s, e = _inputs(width=width, seed=i)
+        m = (THRESHOLD - 1, THRESHOLD + 5)[i % 2]
+        assert_prefill_equivalent(fn(x, s, e, m), x, s, e, 64)
+    assert cnt.frame_count == 2

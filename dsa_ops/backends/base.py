@@ -47,7 +47,7 @@ class Query:
     family: str  # "decode" or "prefill"
     device_type: str  # "cpu", "cuda" (ROCm reports "cuda" too)
     k: int
-    width: int
+    width: Optional[int]  # None when symbolic (a compiled prefill's chunk width)
     stable: bool = False
     compress_ratio: int = 1
 
