@@ -95,3 +95,16 @@ def backend_params(family: str, *, exact_only: bool = False) -> list:
             marks.append(pytest.mark.skip(reason=f"{name} is exact=False (not exact on NaN/-inf/-0)"))
         params.append(pytest.param(backend, id=name, marks=marks))
     return params
+
+
+def opcheck_backend_pair(name: str, family: str, gen: torch.Generator) -> None:
+    """opcheck a backend's functional and out= ops on a small tie-heavy call of ``family``."""
+    from dsa_ops import ops
+
+    x = logits(gen, 4, 100, "ties")
+    if family == "decode":
+        args = (x, i32([0, 5, 50, 200]), 16, 1, 1, False)
+    else:
+        args = (x, i32([0, 10, 90, 50]), i32([100, 10, 130, 20]), 16, 1, False)
+    torch.library.opcheck(ops.backend_op(name, family), args)
+    torch.library.opcheck(ops.backend_op(name, family, out=True), args + (poisoned_out(4, 16),))

@@ -232,14 +232,7 @@ def test_aiter_probe_without_aiter(monkeypatch):
 @pytest.mark.parametrize("family", ["decode", "prefill"])
 def test_aiter_adapter_with_double_ops_pass_opcheck(aiter_double, gen, family):
     """The backend ops (functional and out=) under schema, fake-tensor and AOT checks."""
-    x = data.logits(gen, 4, 100, "ties")
-    if family == "decode":
-        args = (x, torch.tensor([0, 5, 50, 200], dtype=torch.int32), 16, 1, 1, False)
-    else:
-        args = (x, torch.tensor([0, 10, 90, 50], dtype=torch.int32), torch.tensor([100, 10, 130, 20], dtype=torch.int32),
-                16, 1, False)
-    torch.library.opcheck(ops.backend_op(NAME, family), args)
-    torch.library.opcheck(ops.backend_op(NAME, family, out=True), args + (data.poisoned_out(4, 16),))
+    data.opcheck_backend_pair(NAME, family, gen)
 
 
 def test_real_aiter_backend_matches_reference(gen):
