@@ -115,6 +115,77 @@ def test_launch_modes(gen, slices, cap, kind):
 
 
 @interp
+@pytest.mark.parametrize("budget, hist_mask", [(0, True), (1 << 18, True), (1 << 40, True), (0, False)])
+@pytest.mark.parametrize("kind", ["randn", "ties", "specials"])
+def test_radix_paths(gen, budget, hist_mask, kind):
+    """The radix kernel's exits: four full passes (budget 0), the candidate rank after an
+    early pass (large budget), and the default; every one reaches the exact answer, with
+    and without ``tl.histogram``'s mask (older Tritons take the spare-bin form)."""
+    from dsa_ops.backends.triton import radix_launch
+
+    k, width = 64, 5000
+    x = logits(gen, 3, width, kind)
+    lt = torch.tensor([5000, 3333, 65], dtype=torch.int32)
+    for stable in (False, True):
+        out = poisoned_out(3, k)
+        radix_launch.launch(x, lt, lt, lt, k, 1, False, stable, out, rank_budget=budget, block=1024,
+                            hist_mask=hist_mask)
+        assert_decode_equivalent(out, x, lt, k, stable=stable)
+
+
+@interp
+def test_radix_bin_equals_kth(gen):
+    """The k largest share one top digit and everything else lies in other bins: the chosen
+    bin holds exactly the keys still needed (taken whole, no rank, no further pass)."""
+    from dsa_ops.backends.triton import radix_launch
+
+    k, width = 128, 3000
+    x = -torch.rand(2, width, generator=gen)  # in (-1, 0]
+    top = torch.randperm(width, generator=gen)[:k]
+    x[:, top] = 64.0 + 63.0 * torch.rand(2, k, generator=gen)  # one exponent: one top digit
+    lt = torch.tensor([width, width], dtype=torch.int32)
+    for stable in (False, True):
+        out = poisoned_out(2, k)
+        radix_launch.launch(x, lt, lt, lt, k, 1, False, stable, out)
+        assert_decode_equivalent(out, x, lt, k, stable=stable)
+        assert set(out[0].tolist()) == set(top.tolist())
+
+
+@interp
+@pytest.mark.parametrize("stable", [False, True])
+def test_radix_prefill_windows_and_million_columns(gen, stable):
+    """Windows with a start offset (prefill form of the kernel), and one 1M-column row."""
+    from dsa_ops.backends.triton import radix_launch
+
+    k, width = 64, 2500
+    x = logits(gen, 4, width)
+    s = torch.tensor([0, 10, 500, 2490], dtype=torch.int32)
+    e = torch.tensor([2500, 10, 2000, 2600], dtype=torch.int32)
+    out = poisoned_out(4, k)
+    radix_launch.launch(x, s, s, e, k, 1, True, stable, out)
+    assert_prefill_equivalent(out, x, s, e, k, stable=stable)
+    big = logits(gen, 1, 1 << 20)
+    lt = torch.tensor([(1 << 20) - 3], dtype=torch.int32)
+    got = dsa_ops.topk_decode(big, lt, 2048, backend="triton", stable=stable)
+    assert_decode_equivalent(got, big, lt, 2048, stable=stable)
+
+
+def test_radix_plan_bounds():
+    """Split plans never exceed the co-resident programs; CPU plans are one program per row."""
+    from dsa_ops.backends.triton import radix_launch as rl
+
+    cpu = torch.device("cpu")
+    assert rl.plan(4, 1 << 20, cpu).slices == 1
+    if torch.cuda.is_available() and not INTERP:
+        dev = torch.device("cuda")
+        for rows in (1, 3, 16, 64, 200, 5000):
+            p = rl.plan(rows, 1 << 20, dev)
+            assert p.slices == 1 or rows * p.slices <= rl._num_sms("cuda", 0) * rl.PER_SM
+        with pytest.raises(ValueError, match="slices"):
+            rl.plan(64, 1 << 20, dev, slices=64)
+
+
+@interp
 @pytest.mark.parametrize("stable", [False, True])
 def test_prefill_windows(gen, stable):
     k, width = 64, 2500

@@ -1,0 +1,285 @@
+"""Cooperative radix select: the ``triton`` backend's decode kernel (and row mode).
+
+Row r of live length L > k is split over ``n_act`` programs (contiguous slices of whole
+blocks, in index order). Order keys (contract §1.1) as signed int32, smaller = better; the
+radix works on ``u = skey ^ INT_MIN`` whose *unsigned* order is the same.
+
+1. Up to four 8-bit digit passes, most significant first. Each program histograms the
+   digit of its keys that match the prefix chosen so far (``tl.histogram``, 256 bins),
+   adds it to the row's global histogram with one vector atomic, and waits at a row
+   barrier. Every program then reads the same histogram and picks the same bin: the first
+   whose running count reaches ``need`` (how many of the k are still to be found).
+2. Early exit (non-stable only): once the chosen bin holds ``cb`` keys with
+   ``cb * cb <= rank_budget * n_act`` (and cb <= M), one more read writes the definite
+   winners (prefix below the bin) to ``out`` and the bin's keys to a candidate buffer;
+   after a barrier the programs split the candidates and rank each one exactly against all
+   of them ((key, column) order); rank < need goes to ``out[k - need + rank]``.
+   After four passes (or when the bin is taken whole) the bin's keys are taken directly.
+3. ``stable=True``: four passes give the exact k-th key T and how many ties q to keep;
+   each program counts its winners / ties, a barrier shares the counts, and one read in
+   index order emits the reference's bytes (ties: smallest columns; ascending columns).
+
+Barriers are spin waits on a per-row arrival counter; they are safe because the host
+launches at most one program per multiprocessor in split mode (all co-resident) and a
+single program per row otherwise (its barrier never waits). The program that finishes a
+row last restores the row's histogram and counters to zero, so replays need no memset.
+Workspace per slot (int32): [0, 1024) four histograms, [1024, 1040) counters,
+[1040, 1040 + 2 * PMAX) per-program counts (stable), then the candidate keys and columns.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from dsa_ops.backends.triton.kernels_select import INT_MIN, _skey
+
+HIST = tl.constexpr(0)
+CTL = tl.constexpr(1024)  # [0] arrivals, [1] winner slots, [2] taken-bin slots, [3] done
+PCNT = tl.constexpr(1040)
+
+
+@triton.jit
+def _barrier(ctr, target):
+    """Row barrier: arrive, then spin until ``target`` arrivals (cumulative per launch)."""
+    tl.debug_barrier()  # every thread's writes of this program precede the arrival
+    seen = tl.atomic_add(ctr, 1, sem="release") + 1
+    while seen < target:  # poll with plain L2 loads: RMW polling would queue behind arrivals
+        seen = tl.load(ctr, volatile=True)
+    seen = tl.atomic_add(ctr, 0, sem="acquire")  # acquire: the others' writes are visible
+    tl.debug_barrier()
+
+
+@triton.jit
+def _hist_block(s, v, pmask, pval, shift, HMASK: tl.constexpr):
+    """256-bin histogram of digit ``(u >> shift) & 255`` over valid keys with ``u & pmask == pval``.
+
+    Triton lowers ``tl.histogram`` to one shared-memory atomic per element, so lanes that do
+    not count must not pile onto one bin: they are masked out (``HMASK``, Triton >= 3.3's
+    ``mask=``) or spread over 256 spare bins that are dropped."""
+    u = s ^ INT_MIN
+    m = v & ((u & pmask) == pval)
+    d = (u >> shift) & 255
+    if HMASK:
+        h = tl.histogram(d, 256, mask=m)
+    else:
+        lane = tl.arange(0, s.shape[0]) & 255
+        h2 = tl.reshape(tl.histogram(tl.where(m, d, 256 + lane), 512), (2, 256))
+        h = tl.sum(tl.where(tl.arange(0, 2)[:, None] == 0, h2, 0), axis=0)
+    return h
+
+
+@triton.jit
+def _hist_pass(row, lo, hi, s0, pmask, pval, shift, BLOCK: tl.constexpr, HMASK: tl.constexpr):
+    """Histogram of the slice [lo, hi); its first block's keys ``s0`` are already loaded (a
+    slice of one block is read once for every pass); later blocks are prefetched."""
+    ar = tl.arange(0, BLOCK)
+    h = _hist_block(s0, lo + ar < hi, pmask, pval, shift, HMASK)
+    x = tl.load(row + lo + BLOCK + ar, mask=lo + BLOCK + ar < hi, other=0.0)
+    for start in range(lo + BLOCK, hi, BLOCK):
+        o = start + ar
+        xn = tl.load(row + o + BLOCK, mask=o + BLOCK < hi, other=0.0)
+        h += _hist_block(_skey(x), o < hi, pmask, pval, shift, HMASK)
+        x = xn
+    return h
+
+
+@triton.jit
+def _choose(hh, need):
+    """Bin holding the need-th key of the row's histogram -> (bin, keys below it, keys in it)."""
+    b256 = tl.arange(0, 256)
+    cum = tl.cumsum(hh, axis=0)
+    b = tl.sum((cum < need).to(tl.int32))
+    below = tl.sum(tl.where(b256 < b, hh, 0))
+    cb = tl.sum(tl.where(b256 == b, hh, 0))
+    return b, below, cb
+
+
+@triton.jit
+def _emit_pass(row, lo, hi, s0, pmask, pval, out_row, ctl, k, need, take_all, cand_k, cand_i,
+               BLOCK: tl.constexpr):
+    """Winners (prefix below pval) -> out at atomic slots [0, k - need); keys in the bin ->
+    out at slots [k - need, k) while they last (take_all) or the candidate buffer."""
+    ar = tl.arange(0, BLOCK)
+    s = s0
+    x = tl.load(row + lo + BLOCK + ar, mask=lo + BLOCK + ar < hi, other=0.0)
+    for start in range(lo, hi, BLOCK):
+        o = start + ar
+        v = o < hi
+        if start > lo:
+            s = _skey(x)
+            x = tl.load(row + o + BLOCK, mask=o + BLOCK < hi, other=0.0)
+        mu = ((s ^ INT_MIN) & pmask) ^ INT_MIN  # prefix compared in signed order
+        pv = pval ^ INT_MIN
+        win = v & (mu < pv)
+        cand = v & (mu == pv)
+        nw = tl.sum(win.to(tl.int32))
+        nc = tl.sum(cand.to(tl.int32))
+        if nw > 0:
+            bw = tl.atomic_add(ctl + 1, nw, sem="relaxed")
+            tl.store(out_row + bw + tl.cumsum(win.to(tl.int32), axis=0) - 1, o, mask=win)
+        if nc > 0:
+            bc = tl.atomic_add(ctl + 2, nc, sem="relaxed")
+            pc = bc + tl.cumsum(cand.to(tl.int32), axis=0) - 1
+            if take_all != 0:
+                tl.store(out_row + (k - need) + pc, o, mask=cand & (pc < need))
+            else:
+                tl.store(cand_k + pc, s, mask=cand)
+                tl.store(cand_i + pc, o, mask=cand)
+
+
+@triton.jit
+def _rank_emit(cand_k, cand_i, cb, c0, c1, out_row, base, need, RT: tl.constexpr, CT: tl.constexpr):
+    """Exact (key, column) rank of candidates [c0, c1) among all cb; rank < need -> out.
+    The column tiles of the candidate buffer are prefetched one ahead."""
+    rt = tl.arange(0, RT)
+    ct = tl.arange(0, CT)
+    for t0 in range(c0, c1, RT):
+        ti = t0 + rt
+        tv = ti < c1
+        tk = tl.load(cand_k + ti, mask=tv, other=0, cache_modifier=".cg")
+        tx = tl.load(cand_i + ti, mask=tv, other=0, cache_modifier=".cg")
+        rank = tl.zeros([RT], tl.int32)
+        jk = tl.load(cand_k + ct, mask=ct < cb, other=0, cache_modifier=".cg")
+        jx = tl.load(cand_i + ct, mask=ct < cb, other=0, cache_modifier=".cg")
+        for j0 in range(0, cb, CT):
+            jn = j0 + CT + ct
+            nk = tl.load(cand_k + jn, mask=jn < cb, other=0, cache_modifier=".cg")
+            nx = tl.load(cand_i + jn, mask=jn < cb, other=0, cache_modifier=".cg")
+            jv = j0 + ct < cb
+            less = ((jk[None, :] < tk[:, None]) | ((jk[None, :] == tk[:, None]) & (jx[None, :] < tx[:, None])))
+            rank += tl.sum((less & jv[None, :]).to(tl.int32), axis=1)
+            jk = nk
+            jx = nx
+        tl.store(out_row + base + rank, tx, mask=tv & (rank < need))
+
+
+@triton.jit
+def _stable_emit(row, lo, hi, tkey, q, out_row, ctl, pcnt, s_idx, n_act, nb,
+                 BLOCK: tl.constexpr, PMAX: tl.constexpr):
+    """Index-ordered emission of {key < T} + the first q columns with key == T."""
+    ar = tl.arange(0, BLOCK)
+    nw = tl.zeros([], tl.int32)
+    nt = tl.zeros([], tl.int32)
+    for start in range(lo, hi, BLOCK):
+        o = start + ar
+        v = o < hi
+        s = _skey(tl.load(row + o, mask=v, other=0.0))
+        nw += tl.sum((v & (s < tkey)).to(tl.int32))
+        nt += tl.sum((v & (s == tkey)).to(tl.int32))
+    tl.store(pcnt + 2 * s_idx, nw)
+    tl.store(pcnt + 2 * s_idx + 1, nt)
+    _barrier(ctl, n_act * (nb + 1))
+    pp = tl.arange(0, PMAX)
+    lower = pp < s_idx
+    bw = tl.sum(tl.load(pcnt + 2 * pp, mask=lower, other=0, cache_modifier=".cg"))
+    bt = tl.sum(tl.load(pcnt + 2 * pp + 1, mask=lower, other=0, cache_modifier=".cg"))
+    pos = bw + tl.minimum(bt, q)  # selected columns before this slice
+    trank = bt  # ties before the current block
+    for start in range(lo, hi, BLOCK):
+        o = start + ar
+        v = o < hi
+        s = _skey(tl.load(row + o, mask=v, other=0.0))
+        tie = v & (s == tkey)
+        tr = trank + tl.cumsum(tie.to(tl.int32), axis=0) - 1
+        sel = (v & (s < tkey)) | (tie & (tr < q))
+        p = pos + tl.cumsum(sel.to(tl.int32), axis=0) - 1
+        tl.store(out_row + p, o, mask=sel)
+        pos += tl.sum(sel.to(tl.int32))
+        trank += tl.sum(tie.to(tl.int32))
+
+
+@triton.jit
+def _trivial(out_row, L, k, BLOCK: tl.constexpr):
+    """L <= k: out = 0, 1, ..., L-1, then -1; reads no logits."""
+    ar = tl.arange(0, BLOCK)
+    for s in range(0, k, BLOCK):
+        o = s + ar
+        tl.store(out_row + o, tl.where(o < L, o, -1), mask=o < k)
+
+
+@triton.jit(do_not_specialize=["stride_r", "R", "W", "k", "next_n", "n_slices", "is_prefill", "stable",
+                               "cand_cap", "ws_stride", "min_slice", "rank_budget"])
+def radix_kernel(logits, stride_r, lens, starts, ends, out, ws,
+                 R, W, k, next_n, n_slices, is_prefill, stable, cand_cap, ws_stride, min_slice, rank_budget,
+                 BLOCK: tl.constexpr, RT: tl.constexpr, CT: tl.constexpr, PMAX: tl.constexpr,
+                 HMASK: tl.constexpr):
+    """Grid (G0, n_slices). n_slices > 1: G0 = R, program (r, s) owns slice s of row r and
+    slot r. n_slices = 1: program g loops over rows g, g + G0, ... with slot g."""
+    pid0 = tl.program_id(0)
+    s_idx = tl.program_id(1)
+    g0 = tl.num_programs(0)
+    slot = ws + pid0.to(tl.int64) * ws_stride
+    ctl = slot + CTL
+    pcnt = slot + PCNT
+    cand_k = slot + PCNT + 2 * PMAX
+    cand_i = cand_k + cand_cap
+    b256 = tl.arange(0, 256)
+    ar = tl.arange(0, BLOCK)
+    for r in range(pid0, R, g0):
+        tl.debug_barrier()  # row mode reuses the slot: the last row's reads finish first
+        pf = is_prefill != 0
+        s_raw = tl.load(starts + r, mask=pf, other=0)
+        e_raw = tl.load(ends + r, mask=pf, other=0)
+        l_raw = tl.load(lens + r // next_n, mask=is_prefill == 0, other=0) - next_n + 1 + r % next_n
+        s0 = tl.where(pf, tl.minimum(tl.maximum(s_raw, 0), W), 0)
+        e0 = tl.minimum(tl.maximum(e_raw, 0), W)
+        L = tl.where(pf, tl.maximum(e0 - s0, 0), tl.minimum(tl.maximum(l_raw, 0), W))
+        r64 = r + tl.zeros([], tl.int64)
+        row = logits + r64 * stride_r + s0
+        out_row = out + r64 * k
+        if L <= k:
+            if s_idx == 0:
+                _trivial(out_row, L, k, BLOCK)
+        else:
+            sl = tl.maximum(tl.cdiv(tl.cdiv(L, n_slices), BLOCK) * BLOCK, min_slice)
+            n_act = tl.cdiv(L, sl)
+            lo = s_idx * sl
+            if lo < L:
+                hi = tl.minimum(lo + sl, L)
+                need = k
+                pmask = tl.zeros([], tl.int32)
+                pval = tl.zeros([], tl.int32)
+                cb = L
+                nb = tl.zeros([], tl.int32)  # barriers passed
+                p = tl.zeros([], tl.int32)
+                go = tl.full([], 1, tl.int32)
+                key0 = _skey(tl.load(row + lo + ar, mask=lo + ar < hi, other=0.0))  # first block, kept
+                while go != 0:
+                    shift = 24 - 8 * p
+                    h = _hist_pass(row, lo, hi, key0, pmask, pval, shift, BLOCK, HMASK)
+                    if n_act > 1:
+                        tl.atomic_add(slot + HIST + 256 * p + b256, h, sem="relaxed")
+                        nb += 1
+                        _barrier(ctl, n_act * nb)
+                        h = tl.load(slot + HIST + 256 * p + b256, cache_modifier=".cg")
+                    b, below, cb = _choose(h, need)
+                    need -= below
+                    pval = pval | (b << shift)
+                    pmask = pmask | (255 << shift)
+                    p += 1
+                    cb64 = cb.to(tl.int64)
+                    small = (cb <= cand_cap) & (cb64 * cb64 <= rank_budget * n_act.to(tl.int64))
+                    go = ((p < 4) & ((stable != 0) | ((cb != need) & (small == 0)))).to(tl.int32)
+                if stable != 0:
+                    # four passes: pval is the k-th key (as u); keep `need` of its ties
+                    _stable_emit(row, lo, hi, pval ^ INT_MIN, need, out_row, ctl, pcnt, s_idx, n_act, nb,
+                                 BLOCK, PMAX)
+                    nb += 1
+                else:
+                    take_all = ((p == 4) | (cb == need)).to(tl.int32)
+                    _emit_pass(row, lo, hi, key0, pmask, pval, out_row, ctl, k, need, take_all, cand_k, cand_i, BLOCK)
+                    if take_all == 0:
+                        nb += 1
+                        _barrier(ctl, n_act * nb)
+                        per = tl.cdiv(cb, n_act)
+                        c0 = s_idx * per
+                        _rank_emit(cand_k, cand_i, cb, c0, tl.minimum(c0 + per, cb), out_row, k - need, need,
+                                   RT, CT)
+                # the last program of the row to finish restores the zeros
+                tl.debug_barrier()
+                done = tl.atomic_add(ctl + 3, 1, sem="acq_rel")
+                if done == n_act - 1:
+                    tl.store(slot + HIST + tl.arange(0, 1024), tl.zeros([1024], tl.int32))
+                    tl.store(ctl + tl.arange(0, 16), tl.zeros([16], tl.int32))
+                    tl.store(pcnt + tl.arange(0, 2 * PMAX), tl.zeros([2 * PMAX], tl.int32))

@@ -1,0 +1,129 @@
+"""Host side of the cooperative radix kernel (``kernels_radix.py``): plan and workspace.
+
+Graph safety: the grid, slices and workspace depend only on host ints (R, W, k) and the
+device's multiprocessor count. Co-residency: in split mode (more than one program per
+row) the grid holds at most ``per_sm`` programs per multiprocessor, and the launch caps
+registers (``maxnreg``) so that that many always fit (ROCm: one per multiprocessor), so
+every program of a row is resident while the others spin at a row barrier. Row mode (one program per row) has
+no waiting barrier and may use more programs than multiprocessors.
+
+Workspace: one int32 tensor per (device, stream, slots, stride), zeroed when allocated
+(outside any graph pool, see :func:`launch._allocate_outside_pools`) and restored to zero
+by every launch, so graph replays need no memset. A first use inside a capture allocates
+a zeroed temporary from the graph's pool instead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from dsa_ops.backends.triton.launch import _allocate_outside_pools, _num_sms
+
+BLOCK = 2048  # columns per iteration of a pass (8 per thread at 8 warps)
+NUM_WARPS = 8
+MAXNREG = 128  # CUDA: caps registers so that PER_SM programs are always co-resident
+PER_SM = 2  # split-mode programs per multiprocessor (65536 regs >= 2 x 256 threads x 128)
+MIN_SLICE = 2048  # columns per program at least (short rows: fewer programs, fewer barriers)
+MAX_ACT = 32  # programs per row at most (more only add barrier arrivals; see the notes)
+RT, CT = 16, 512  # candidate rank tile: RT candidates x CT columns per compare
+RANK_BUDGET = 262144  # early exit when (bin size)^2 <= RANK_BUDGET x programs of the row
+PMAX = 256  # most programs per row (per-program counts of the stable emission)
+CAND_SPLIT = 8192  # candidate buffer, split mode (the rank budget keeps cb <= ~5.9K)
+CAND_ROW = 512  # candidate buffer, row mode (cb * cb <= RANK_BUDGET)
+ROW_PROGRAMS_PER_SM = 2
+HEAD = 1040 + 2 * PMAX  # histograms, counters, per-program counts (int32 entries)
+
+
+@dataclass(frozen=True)
+class RadixPlan:
+    """Launch shape for (R, W) on one device. Host ints only."""
+
+    grid0: int
+    slices: int
+    cand_cap: int
+
+    @property
+    def ws_stride(self) -> int:
+        return HEAD + 2 * self.cand_cap
+
+
+def _hist_mask() -> bool:
+    """Whether this Triton's ``tl.histogram`` takes ``mask=`` (3.3 and later)."""
+    import inspect
+
+    import triton.language as tl
+
+    return "mask" in inspect.signature(tl.histogram).parameters
+
+
+def _per_sm(device: torch.device, num_warps: int, per_sm: int | None) -> int:
+    """Programs per multiprocessor that are guaranteed co-resident."""
+    if device.type != "cuda" or torch.version.hip is not None:
+        return 1
+    fit = min(65536 // (num_warps * 32 * MAXNREG), 2048 // (num_warps * 32))
+    want = PER_SM if per_sm is None else per_sm
+    if not 1 <= want <= fit:
+        raise ValueError(f"per_sm must be in [1, {fit}] at num_warps={num_warps}, got {want}")
+    return want
+
+
+def plan(rows: int, width: int, device: torch.device, slices: int | None = None,
+         block: int = BLOCK, num_warps: int = NUM_WARPS, per_sm: int | None = None) -> RadixPlan:
+    """Split a few long rows over the multiprocessors; one program per row otherwise.
+
+    Under Triton's interpreter programs run one after another, so a row barrier could
+    never be passed: CPU plans are always one program per row.
+    """
+    cap = _num_sms(device.type, device.index or 0) * _per_sm(device, num_warps, per_sm)
+    if device.type != "cuda":
+        slices = 1
+    elif slices is None:
+        slices = max(1, min(-(-width // block), cap // max(rows, 1), MAX_ACT))
+    elif slices > 1 and rows * slices > cap:
+        raise ValueError(f"slices={slices} x rows={rows} exceeds the {cap} co-resident programs "
+                         "(split mode needs every program of a row resident)")
+    if not 1 <= slices <= PMAX:
+        raise ValueError(f"slices must be in [1, {PMAX}], got {slices}")
+    if slices > 1:
+        return RadixPlan(grid0=rows, slices=slices, cand_cap=CAND_SPLIT)
+    return RadixPlan(grid0=max(1, min(rows, ROW_PROGRAMS_PER_SM * cap)), slices=1, cand_cap=CAND_ROW)
+
+
+_WORKSPACES: dict[tuple, Tensor] = {}
+
+
+def workspace(device: torch.device, slots: int, stride: int) -> Tensor:
+    stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
+    key = (device.type, device.index, stream, slots, stride)
+    hit = _WORKSPACES.get(key)
+    if hit is not None:
+        return hit
+    if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+        return torch.zeros((slots, stride), dtype=torch.int32, device=device)
+    hit = _WORKSPACES[key] = _allocate_outside_pools(
+        device, slots, stride, make=lambda dev: torch.zeros((slots, stride), dtype=torch.int32, device=dev))
+    return hit
+
+
+def launch(logits: Tensor, lens: Tensor, starts: Tensor, ends: Tensor, k: int, next_n: int,
+           is_prefill: bool, stable: bool, out: Tensor, slices: int | None = None,
+           block: int = BLOCK, num_warps: int = NUM_WARPS, per_sm: int | None = None,
+           min_slice: int = MIN_SLICE, rank_budget: int = RANK_BUDGET, rt: int = RT, ct: int = CT,
+           hist_mask: bool | None = None) -> None:
+    """Fill ``out`` (R, k) int32 with the cooperative radix kernel (keywords: tuning)."""
+    from dsa_ops.backends.triton.kernels_radix import radix_kernel
+
+    rows, width = logits.shape
+    if rows == 0:
+        return
+    p = plan(rows, width, logits.device, slices, block, num_warps, per_sm)
+    ws = workspace(logits.device, p.grid0, p.ws_stride)
+    cuda = logits.device.type == "cuda" and torch.version.hip is None
+    radix_kernel[(p.grid0, p.slices)](
+        logits, logits.stride(0), lens, starts, ends, out, ws,
+        rows, width, k, next_n, p.slices, int(is_prefill), int(stable), p.cand_cap, ws.stride(0), min_slice, rank_budget,
+        BLOCK=block, RT=rt, CT=ct, PMAX=PMAX, HMASK=_hist_mask() if hist_mask is None else hist_mask, num_warps=num_warps, **({"maxnreg": MAXNREG} if cuda else {}),
+    )

@@ -1,0 +1,158 @@
+"""Device probe for the triton backend's kernels: check against the reference, then time
+variants (graph replay, L2 flushed, median of 30). Writes JSON to argv[1].
+
+Sections (argv[2], comma list): smoke, check, decode, prefill, stable.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+import torch
+
+from dsa_ops.backends.triton import launch as pivot
+from dsa_ops.backends.triton import radix_launch as radix
+from dsa_ops.benchmarking import time_eager, time_graph
+from dsa_ops.testing import assert_decode_equivalent, assert_prefill_equivalent
+
+K = 2048
+OUT = sys.argv[1]
+SECTIONS = sys.argv[2].split(",") if len(sys.argv) > 2 else ["smoke", "check", "decode", "prefill", "stable"]
+res: dict = {"device": torch.cuda.get_device_name(), "torch": torch.__version__}
+
+
+def log(*a):
+    print(*a, file=sys.stderr, flush=True)
+
+
+def save():
+    json.dump(res, open(OUT, "w"), indent=1)
+
+
+def lens_for(rows, L, gen):
+    if L == "mixed":
+        v = torch.randint(2048, 131073, (rows,), generator=gen)
+        v[0] = 0
+        if rows > 2:
+            v[1] = 100
+        return v.to(torch.int32).cuda()
+    return torch.full((rows,), L, dtype=torch.int32, device="cuda")
+
+
+def run_radix(x, lt, out, stable=False, **kw):  # noqa: E302
+    radix.launch(x, lt, lt, lt, K, 1, False, stable, out, **kw)
+
+
+def run_pivot(x, lt, out, stable=False):
+    pivot.launch(x, lt, lt, lt, K, 1, False, stable, out)
+
+
+gen = torch.Generator().manual_seed(0)
+if "smoke" in SECTIONS:
+    x = torch.randn(2, 133120, device="cuda")
+    lt = torch.tensor([131072, 5000], dtype=torch.int32, device="cuda")
+    out = torch.empty(2, K, dtype=torch.int32, device="cuda")
+    run_radix(x, lt, out)
+    torch.cuda.synchronize()
+    assert_decode_equivalent(out, x, lt, K)
+    log("smoke ok", radix.plan(2, 133120, x.device))
+
+VARIANTS = [("base", dict(block=2048, num_warps=8, per_sm=2)),
+            ("spare bins", dict(block=2048, num_warps=8, per_sm=2, hist_mask=False)),
+            ("b4096", dict(block=4096, num_warps=8, per_sm=2)),
+            ("rt16 ct512", dict(block=2048, num_warps=8, per_sm=2, rt=16, ct=512)),
+            ("w4 x4", dict(block=2048, num_warps=4, per_sm=4)),
+            ("w4 x4 b1024", dict(block=1024, num_warps=4, per_sm=4)),
+            ("min2K", dict(block=2048, num_warps=8, per_sm=2, min_slice=2048))]
+if "check" in SECTIONS:
+    n = 0
+    t0 = time.time()
+    for width in (133120, 1048576):
+        x0 = torch.randn(128, width, device="cuda")
+        for rows in (1, 8, 16, 64, 128):
+            x = x0[:rows]
+            for L in (4096, 32768, 131072, "mixed"):
+                lt = lens_for(rows, L, gen)
+                for stable in (False, True):
+                    out = torch.full((rows, K), -7, dtype=torch.int32, device="cuda")
+                    run_radix(x, lt, out, stable)
+                    idx = torch.unique(torch.linspace(0, rows - 1, steps=min(rows, 6)).round().long()).cuda()
+                    assert_decode_equivalent(out[idx], x[idx], lt[idx], K, stable=stable)
+                    n += 1
+    from tests.data import logits as mk
+    for kind in ("ties", "equal", "specials"):
+        x = mk(torch.Generator().manual_seed(3), 4, 200_000, kind).cuda()
+        lt = torch.tensor([200_000, 150_000, 2049, 70_000], dtype=torch.int32, device="cuda")
+        for stable in (False, True):
+            out = torch.full((4, K), -7, dtype=torch.int32, device="cuda")
+            run_radix(x, lt, out, stable)
+            assert_decode_equivalent(out, x, lt, K, stable=stable)
+            n += 1
+    for name, kw in VARIANTS:
+        for width, rows, L in ((133120, 1, 131072), (133120, 16, "mixed"), (133120, 64, 131072), (1048576, 8, 4096)):
+            x = torch.randn(rows, width, device="cuda")
+            lt = lens_for(rows, L, gen)
+            for stable in (False, True):
+                out = torch.full((rows, K), -7, dtype=torch.int32, device="cuda")
+                run_radix(x, lt, out, stable, **kw)
+                idx = torch.unique(torch.linspace(0, rows - 1, steps=min(rows, 6)).round().long()).cuda()
+                assert_decode_equivalent(out[idx], x[idx], lt[idx], K, stable=stable)
+                n += 1
+    res["check"] = {"cases": n, "seconds": round(time.time() - t0, 1)}
+    log("check ok", res["check"])
+    save()
+
+SHAPES = [(133120, 1), (133120, 16), (133120, 64), (1048576, 8)]
+if "decode" in SECTIONS:
+    rows_out = []
+    for width, rows in SHAPES:
+        x = torch.randn(rows, width, device="cuda")
+        for L in (4096, 32768, 131072):
+            lt = lens_for(rows, L, gen)
+            out = torch.empty(rows, K, dtype=torch.int32, device="cuda")
+            rec = {"W": width, "rows": rows, "L": L}
+            for name, kw in VARIANTS:
+                rec[name] = round(time_graph(lambda: run_radix(x, lt, out, **kw)).median, 1)
+            log(rec)
+            rows_out.append(rec)
+    res["decode"] = rows_out
+    save()
+
+if "stable" in SECTIONS:
+    st = []
+    for width, rows in SHAPES[:3]:
+        x = torch.randn(rows, width, device="cuda")
+        for L in (4096, 131072):
+            lt = lens_for(rows, L, gen)
+            out = torch.empty(rows, K, dtype=torch.int32, device="cuda")
+            st.append({"W": width, "rows": rows, "L": L,
+                       "radix stable": round(time_graph(lambda: run_radix(x, lt, out, True)).median, 1),
+                       "radix": round(time_graph(lambda: run_radix(x, lt, out)).median, 1)})
+            log(st[-1])
+    res["stable"] = st
+    save()
+
+if "prefill" in SECTIONS:
+    pre = []
+    R = 16384
+    for C in (16384, 32768, 65536, 131072):
+        x = torch.randn(R, C, device="cuda")
+        s = torch.zeros(R, dtype=torch.int32, device="cuda")
+        e = (torch.arange(R, dtype=torch.int32, device="cuda") + (C - R + 1))
+        out = torch.empty(R, K, dtype=torch.int32, device="cuda")
+        rec = {"C": C}
+        for name, fn in [("pivot v2", lambda: pivot.launch(x, s, s, e, K, 1, True, False, out)),
+                         ("pivot cap=C/4", lambda: pivot.launch(x, s, s, e, K, 1, True, False, out, cap=C // 4)),
+                         ("pivot cap=C/2", lambda: pivot.launch(x, s, s, e, K, 1, True, False, out, cap=C // 2))]:
+            fn()
+            idx = torch.tensor([0, 5000, R - 1], device="cuda")
+            assert_prefill_equivalent(out[idx], x[idx], s[idx], e[idx], K)
+            rec[name] = round(time_eager(fn, reps=3, warmup=1).median / 1000, 2)
+        log(rec)
+        pre.append(rec)
+        del x
+    res["prefill_ms"] = pre
+    save()
+log("done")
