@@ -115,12 +115,14 @@ def test_launch_modes(gen, slices, cap, kind):
 
 
 @interp
-@pytest.mark.parametrize("budget, hist_mask", [(0, True), (1 << 18, True), (1 << 40, True), (0, False)])
+@pytest.mark.parametrize("budget, hist_mask, dbits", [(0, True, 12), (1 << 18, True, 12), (1 << 40, True, 12),
+                                                     (0, False, 12), (0, True, 8), (1 << 18, False, 8)])
 @pytest.mark.parametrize("kind", ["randn", "ties", "specials"])
-def test_radix_paths(gen, budget, hist_mask, kind):
+def test_radix_paths(gen, budget, hist_mask, dbits, kind):
     """The radix kernel's exits: four full passes (budget 0), the candidate rank after an
     early pass (large budget), and the default; every one reaches the exact answer, with
-    and without ``tl.histogram``'s mask (older Tritons take the spare-bin form)."""
+    and without ``tl.histogram``'s mask (older Tritons take the spare-bin form), with
+    12-bit (three passes) and 8-bit (four passes) digits."""
     from dsa_ops.backends.triton import radix_launch
 
     k, width = 64, 5000
@@ -129,7 +131,7 @@ def test_radix_paths(gen, budget, hist_mask, kind):
     for stable in (False, True):
         out = poisoned_out(3, k)
         radix_launch.launch(x, lt, lt, lt, k, 1, False, stable, out, rank_budget=budget, block=1024,
-                            hist_mask=hist_mask)
+                            hist_mask=hist_mask, dbits=dbits)
         assert_decode_equivalent(out, x, lt, k, stable=stable)
 
 

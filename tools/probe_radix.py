@@ -59,13 +59,12 @@ if "smoke" in SECTIONS:
     assert_decode_equivalent(out, x, lt, K)
     log("smoke ok", radix.plan(2, 133120, x.device))
 
-VARIANTS = [("base", dict(block=2048, num_warps=8, per_sm=2)),
-            ("spare bins", dict(block=2048, num_warps=8, per_sm=2, hist_mask=False)),
-            ("b4096", dict(block=4096, num_warps=8, per_sm=2)),
-            ("rt16 ct512", dict(block=2048, num_warps=8, per_sm=2, rt=16, ct=512)),
-            ("w4 x4", dict(block=2048, num_warps=4, per_sm=4)),
-            ("w4 x4 b1024", dict(block=1024, num_warps=4, per_sm=4)),
-            ("min2K", dict(block=2048, num_warps=8, per_sm=2, min_slice=2048))]
+VARIANTS = [("12-bit", dict()),
+            ("8-bit", dict(dbits=8)),
+            ("12-bit b4096", dict(block=4096)),
+            ("12-bit min4K", dict(min_slice=4096)),
+            ("12-bit w4 x4", dict(num_warps=4, per_sm=4)),
+            ("12-bit spare bins", dict(hist_mask=False))]
 if "check" in SECTIONS:
     n = 0
     t0 = time.time()
@@ -143,9 +142,11 @@ if "prefill" in SECTIONS:
         e = (torch.arange(R, dtype=torch.int32, device="cuda") + (C - R + 1))
         out = torch.empty(R, K, dtype=torch.int32, device="cuda")
         rec = {"C": C}
-        for name, fn in [("pivot v2", lambda: pivot.launch(x, s, s, e, K, 1, True, False, out)),
-                         ("pivot cap=C/4", lambda: pivot.launch(x, s, s, e, K, 1, True, False, out, cap=C // 4)),
-                         ("pivot cap=C/2", lambda: pivot.launch(x, s, s, e, K, 1, True, False, out, cap=C // 2))]:
+        for name, fn in [("pivot cap=C/2", lambda: pivot.launch(x, s, s, e, K, 1, True, False, out)),
+                         ("radix 12-bit rows", lambda: radix.launch(x, s, s, e, K, 1, True, False, out)),
+                         ("radix 12-bit rows w4", lambda: radix.launch(x, s, s, e, K, 1, True, False, out,
+                                                                       num_warps=4, per_sm=4)),
+                         ("radix 8-bit rows", lambda: radix.launch(x, s, s, e, K, 1, True, False, out, dbits=8))]:
             fn()
             idx = torch.tensor([0, 5000, R - 1], device="cuda")
             assert_prefill_equivalent(out[idx], x[idx], s[idx], e[idx], K)

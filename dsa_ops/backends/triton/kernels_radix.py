@@ -34,9 +34,10 @@ import triton.language as tl
 
 from dsa_ops.backends.triton.kernels_select import INT_MIN, _skey
 
-HIST = tl.constexpr(0)
-CTL = tl.constexpr(1024)  # [0] arrivals, [1] winner slots, [2] taken-bin slots, [3] done
-PCNT = tl.constexpr(1040)
+HIST = tl.constexpr(0)  # up to 3 x 4096 bins (12-bit digits) or 4 x 256 (8-bit)
+HSIZE = tl.constexpr(12288)
+CTL = tl.constexpr(12288)  # [0] arrivals, [1] winner slots, [2] taken-bin slots, [3] done
+PCNT = tl.constexpr(12304)
 
 
 @triton.jit
@@ -51,35 +52,35 @@ def _barrier(ctr, target):
 
 
 @triton.jit
-def _hist_block(s, v, pmask, pval, shift, HMASK: tl.constexpr):
-    """256-bin histogram of digit ``(u >> shift) & 255`` over valid keys with ``u & pmask == pval``.
+def _hist_block(s, v, pmask, pval, shift, NB: tl.constexpr, HMASK: tl.constexpr):
+    """NB-bin histogram of digit ``(u >> shift) & (NB - 1)`` over valid keys with ``u & pmask == pval``.
 
     Triton lowers ``tl.histogram`` to one shared-memory atomic per element, so lanes that do
     not count must not pile onto one bin: they are masked out (``HMASK``, Triton >= 3.3's
-    ``mask=``) or spread over 256 spare bins that are dropped."""
+    ``mask=``) or spread over NB spare bins that are dropped."""
     u = s ^ INT_MIN
     m = v & ((u & pmask) == pval)
-    d = (u >> shift) & 255
+    d = (u >> shift) & (NB - 1)
     if HMASK:
-        h = tl.histogram(d, 256, mask=m)
+        h = tl.histogram(d, NB, mask=m)
     else:
-        lane = tl.arange(0, s.shape[0]) & 255
-        h2 = tl.reshape(tl.histogram(tl.where(m, d, 256 + lane), 512), (2, 256))
+        lane = tl.arange(0, s.shape[0]) & (NB - 1)
+        h2 = tl.reshape(tl.histogram(tl.where(m, d, NB + lane), 2 * NB), (2, NB))
         h = tl.sum(tl.where(tl.arange(0, 2)[:, None] == 0, h2, 0), axis=0)
     return h
 
 
 @triton.jit
-def _hist_pass(row, lo, hi, s0, pmask, pval, shift, BLOCK: tl.constexpr, HMASK: tl.constexpr):
+def _hist_pass(row, lo, hi, s0, pmask, pval, shift, BLOCK: tl.constexpr, NB: tl.constexpr, HMASK: tl.constexpr):
     """Histogram of the slice [lo, hi); its first block's keys ``s0`` are already loaded (a
     slice of one block is read once for every pass); later blocks are prefetched."""
     ar = tl.arange(0, BLOCK)
-    h = _hist_block(s0, lo + ar < hi, pmask, pval, shift, HMASK)
+    h = _hist_block(s0, lo + ar < hi, pmask, pval, shift, NB, HMASK)
     x = tl.load(row + lo + BLOCK + ar, mask=lo + BLOCK + ar < hi, other=0.0)
     for start in range(lo + BLOCK, hi, BLOCK):
         o = start + ar
         xn = tl.load(row + o + BLOCK, mask=o + BLOCK < hi, other=0.0)
-        h += _hist_block(_skey(x), o < hi, pmask, pval, shift, HMASK)
+        h += _hist_block(_skey(x), o < hi, pmask, pval, shift, NB, HMASK)
         x = xn
     return h
 
@@ -87,11 +88,11 @@ def _hist_pass(row, lo, hi, s0, pmask, pval, shift, BLOCK: tl.constexpr, HMASK: 
 @triton.jit
 def _choose(hh, need):
     """Bin holding the need-th key of the row's histogram -> (bin, keys below it, keys in it)."""
-    b256 = tl.arange(0, 256)
+    bins = tl.arange(0, hh.shape[0])
     cum = tl.cumsum(hh, axis=0)
     b = tl.sum((cum < need).to(tl.int32))
-    below = tl.sum(tl.where(b256 < b, hh, 0))
-    cb = tl.sum(tl.where(b256 == b, hh, 0))
+    below = tl.sum(tl.where(bins < b, hh, 0))
+    cb = tl.sum(tl.where(bins == b, hh, 0))
     return b, below, cb
 
 
@@ -203,7 +204,7 @@ def _trivial(out_row, L, k, BLOCK: tl.constexpr):
 def radix_kernel(logits, stride_r, lens, starts, ends, out, ws,
                  R, W, k, next_n, n_slices, is_prefill, stable, cand_cap, ws_stride, min_slice, rank_budget,
                  BLOCK: tl.constexpr, RT: tl.constexpr, CT: tl.constexpr, PMAX: tl.constexpr,
-                 HMASK: tl.constexpr):
+                 HMASK: tl.constexpr, DBITS: tl.constexpr, NB: tl.constexpr):
     """Grid (G0, n_slices). n_slices > 1: G0 = R, program (r, s) owns slice s of row r and
     slot r. n_slices = 1: program g loops over rows g, g + G0, ... with slot g."""
     pid0 = tl.program_id(0)
@@ -214,8 +215,9 @@ def radix_kernel(logits, stride_r, lens, starts, ends, out, ws,
     pcnt = slot + PCNT
     cand_k = slot + PCNT + 2 * PMAX
     cand_i = cand_k + cand_cap
-    b256 = tl.arange(0, 256)
+    bins = tl.arange(0, NB)
     ar = tl.arange(0, BLOCK)
+    npass = (32 + DBITS - 1) // DBITS
     for r in range(pid0, R, g0):
         tl.debug_barrier()  # row mode reuses the slot: the last row's reads finish first
         pf = is_prefill != 0
@@ -246,28 +248,28 @@ def radix_kernel(logits, stride_r, lens, starts, ends, out, ws,
                 go = tl.full([], 1, tl.int32)
                 key0 = _skey(tl.load(row + lo + ar, mask=lo + ar < hi, other=0.0))  # first block, kept
                 while go != 0:
-                    shift = 24 - 8 * p
-                    h = _hist_pass(row, lo, hi, key0, pmask, pval, shift, BLOCK, HMASK)
+                    shift = tl.maximum(32 - DBITS * (p + 1), 0)  # 12-bit: 20, 8, 0 (overlap already fixed)
+                    h = _hist_pass(row, lo, hi, key0, pmask, pval, shift, BLOCK, NB, HMASK)
                     if n_act > 1:
-                        tl.atomic_add(slot + HIST + 256 * p + b256, h, sem="relaxed")
+                        tl.atomic_add(slot + HIST + NB * p + bins, h, mask=h != 0, sem="relaxed")
                         nb += 1
                         _barrier(ctl, n_act * nb)
-                        h = tl.load(slot + HIST + 256 * p + b256, cache_modifier=".cg")
+                        h = tl.load(slot + HIST + NB * p + bins, cache_modifier=".cg")
                     b, below, cb = _choose(h, need)
                     need -= below
                     pval = pval | (b << shift)
-                    pmask = pmask | (255 << shift)
+                    pmask = pmask | ((NB - 1) << shift)
                     p += 1
                     cb64 = cb.to(tl.int64)
                     small = (cb <= cand_cap) & (cb64 * cb64 <= rank_budget * n_act.to(tl.int64))
-                    go = ((p < 4) & ((stable != 0) | ((cb != need) & (small == 0)))).to(tl.int32)
+                    go = ((p < npass) & ((stable != 0) | ((cb != need) & (small == 0)))).to(tl.int32)
                 if stable != 0:
                     # four passes: pval is the k-th key (as u); keep `need` of its ties
                     _stable_emit(row, lo, hi, pval ^ INT_MIN, need, out_row, ctl, pcnt, s_idx, n_act, nb,
                                  BLOCK, PMAX)
                     nb += 1
                 else:
-                    take_all = ((p == 4) | (cb == need)).to(tl.int32)
+                    take_all = ((p == npass) | (cb == need)).to(tl.int32)
                     _emit_pass(row, lo, hi, key0, pmask, pval, out_row, ctl, k, need, take_all, cand_k, cand_i, BLOCK)
                     if take_all == 0:
                         nb += 1
@@ -280,6 +282,7 @@ def radix_kernel(logits, stride_r, lens, starts, ends, out, ws,
                 tl.debug_barrier()
                 done = tl.atomic_add(ctl + 3, 1, sem="acq_rel")
                 if done == n_act - 1:
-                    tl.store(slot + HIST + tl.arange(0, 1024), tl.zeros([1024], tl.int32))
+                    for z in range(0, npass * NB, 1024):
+                        tl.store(slot + HIST + z + tl.arange(0, 1024), tl.zeros([1024], tl.int32))
                     tl.store(ctl + tl.arange(0, 16), tl.zeros([16], tl.int32))
                     tl.store(pcnt + tl.arange(0, 2 * PMAX), tl.zeros([2 * PMAX], tl.int32))

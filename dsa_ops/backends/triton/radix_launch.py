@@ -32,9 +32,11 @@ RT, CT = 16, 512  # candidate rank tile: RT candidates x CT columns per compare
 RANK_BUDGET = 262144  # early exit when (bin size)^2 <= RANK_BUDGET x programs of the row
 PMAX = 256  # most programs per row (per-program counts of the stable emission)
 CAND_SPLIT = 8192  # candidate buffer, split mode (the rank budget keeps cb <= ~5.9K)
-CAND_ROW = 512  # candidate buffer, row mode (cb * cb <= RANK_BUDGET)
+CAND_ROW = 2048  # candidate buffer, row mode (cb * cb <= ROW_RANK_BUDGET)
+ROW_RANK_BUDGET = 1 << 21  # one program ranks up to ~1448 candidates (~8K compares a thread)
 ROW_PROGRAMS_PER_SM = 2
-HEAD = 1040 + 2 * PMAX  # histograms, counters, per-program counts (int32 entries)
+HEAD = 12304 + 2 * PMAX  # histograms, counters, per-program counts (int32 entries)
+DBITS = 12  # digit width: 12 -> three passes of 4096 bins (8 -> four of 256)
 
 
 @dataclass(frozen=True)
@@ -44,6 +46,7 @@ class RadixPlan:
     grid0: int
     slices: int
     cand_cap: int
+    rank_budget: int
 
     @property
     def ws_stride(self) -> int:
@@ -88,8 +91,9 @@ def plan(rows: int, width: int, device: torch.device, slices: int | None = None,
     if not 1 <= slices <= PMAX:
         raise ValueError(f"slices must be in [1, {PMAX}], got {slices}")
     if slices > 1:
-        return RadixPlan(grid0=rows, slices=slices, cand_cap=CAND_SPLIT)
-    return RadixPlan(grid0=max(1, min(rows, ROW_PROGRAMS_PER_SM * cap)), slices=1, cand_cap=CAND_ROW)
+        return RadixPlan(grid0=rows, slices=slices, cand_cap=CAND_SPLIT, rank_budget=RANK_BUDGET)
+    return RadixPlan(grid0=max(1, min(rows, ROW_PROGRAMS_PER_SM * cap)), slices=1, cand_cap=CAND_ROW,
+                     rank_budget=ROW_RANK_BUDGET)
 
 
 _WORKSPACES: dict[tuple, Tensor] = {}
@@ -111,8 +115,8 @@ def workspace(device: torch.device, slots: int, stride: int) -> Tensor:
 def launch(logits: Tensor, lens: Tensor, starts: Tensor, ends: Tensor, k: int, next_n: int,
            is_prefill: bool, stable: bool, out: Tensor, slices: int | None = None,
            block: int = BLOCK, num_warps: int = NUM_WARPS, per_sm: int | None = None,
-           min_slice: int = MIN_SLICE, rank_budget: int = RANK_BUDGET, rt: int = RT, ct: int = CT,
-           hist_mask: bool | None = None) -> None:
+           min_slice: int = MIN_SLICE, rank_budget: int | None = None, rt: int = RT, ct: int = CT,
+           hist_mask: bool | None = None, dbits: int = DBITS) -> None:
     """Fill ``out`` (R, k) int32 with the cooperative radix kernel (keywords: tuning)."""
     from dsa_ops.backends.triton.kernels_radix import radix_kernel
 
@@ -124,6 +128,8 @@ def launch(logits: Tensor, lens: Tensor, starts: Tensor, ends: Tensor, k: int, n
     cuda = logits.device.type == "cuda" and torch.version.hip is None
     radix_kernel[(p.grid0, p.slices)](
         logits, logits.stride(0), lens, starts, ends, out, ws,
-        rows, width, k, next_n, p.slices, int(is_prefill), int(stable), p.cand_cap, ws.stride(0), min_slice, rank_budget,
-        BLOCK=block, RT=rt, CT=ct, PMAX=PMAX, HMASK=_hist_mask() if hist_mask is None else hist_mask, num_warps=num_warps, **({"maxnreg": MAXNREG} if cuda else {}),
+        rows, width, k, next_n, p.slices, int(is_prefill), int(stable), p.cand_cap, ws.stride(0), min_slice,
+        p.rank_budget if rank_budget is None else rank_budget,
+        BLOCK=block, RT=rt, CT=ct, PMAX=PMAX, HMASK=_hist_mask() if hist_mask is None else hist_mask,
+        DBITS=dbits, NB=1 << dbits, num_warps=num_warps, **({"maxnreg": MAXNREG} if cuda else {}),
     )
