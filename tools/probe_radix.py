@@ -59,12 +59,8 @@ if "smoke" in SECTIONS:
     assert_decode_equivalent(out, x, lt, K)
     log("smoke ok", radix.plan(2, 133120, x.device))
 
-VARIANTS = [("12-bit", dict()),
-            ("8-bit", dict(dbits=8)),
-            ("12-bit b4096", dict(block=4096)),
-            ("12-bit min4K", dict(min_slice=4096)),
-            ("12-bit w4 x4", dict(num_warps=4, per_sm=4)),
-            ("12-bit spare bins", dict(hist_mask=False))]
+VARIANTS = [("8-bit", dict(dbits=8)), ("6-bit", dict(dbits=6)), ("5-bit", dict(dbits=5)), ("4-bit", dict(dbits=4)),
+            ("5-bit b4096", dict(dbits=5, block=4096))]
 if "check" in SECTIONS:
     n = 0
     t0 = time.time()
@@ -142,11 +138,9 @@ if "prefill" in SECTIONS:
         e = (torch.arange(R, dtype=torch.int32, device="cuda") + (C - R + 1))
         out = torch.empty(R, K, dtype=torch.int32, device="cuda")
         rec = {"C": C}
-        for name, fn in [("pivot cap=C/2", lambda: pivot.launch(x, s, s, e, K, 1, True, False, out)),
-                         ("radix 12-bit rows", lambda: radix.launch(x, s, s, e, K, 1, True, False, out)),
-                         ("radix 12-bit rows w4", lambda: radix.launch(x, s, s, e, K, 1, True, False, out,
-                                                                       num_warps=4, per_sm=4)),
-                         ("radix 8-bit rows", lambda: radix.launch(x, s, s, e, K, 1, True, False, out, dbits=8))]:
+        for name, fn in [("pivot cap=C/2", lambda: pivot.launch(x, s, s, e, K, 1, True, False, out))] + [
+                (f"radix {d}-bit rows", lambda d=d: radix.launch(x, s, s, e, K, 1, True, False, out, dbits=d))
+                for d in (8, 5, 4)]:
             fn()
             idx = torch.tensor([0, 5000, R - 1], device="cuda")
             assert_prefill_equivalent(out[idx], x[idx], s[idx], e[idx], K)

@@ -1,13 +1,15 @@
-"""Backend ``triton``: our own sample-pivot top-k in Triton (decode and prefill).
+"""Backend ``triton``: our own top-k kernels in Triton (decode and prefill).
 
-One launch per call: each row is split over several programs (few rows) or handled by one
-persistent program (many rows); every program reads its part of the row once, and the
-last one to finish resolves the exact k-th key from pivot counts (see ``kernels.py``).
-Exact per contract §1.1; ``stable=True`` gives the reference's bytes. Cost follows the
-live length L: every loop is bounded by the device length, never by the width W.
+Decode: a cooperative radix select (``kernels_radix.py``): a few long rows are split over
+co-resident programs that agree on the k-th key digit by digit through row barriers; many
+rows get one program each. Prefill (many rows): the sample-pivot kernel (``kernels.py``),
+one read of each row into winners / a mid buffer, the last program of a row resolves.
+Both are exact per contract §1.1; ``stable=True`` gives the reference's bytes. Cost follows
+the live length L: every loop is bounded by the device length, never by the width W.
 
-Workspace: a cached allocation per (device, stream, sizes), owned by ``launch.py``; its
-counters are restored to zero by each launch, so CUDA-graph replays need no memset.
+Workspaces: cached allocations per (device, stream, sizes), owned by ``launch.py`` and
+``radix_launch.py``; their counters are restored to zero by each launch, so CUDA-graph
+replays need no memset.
 
 ``triton`` is imported lazily (in the probe and the writers). With ``TRITON_INTERPRET=1``
 the backend also serves CPU tensors through Triton's interpreter (tests only: slow).
@@ -71,5 +73,5 @@ BACKEND = Backend(
     available=_available,
     supports=_supports,
     version=lambda: module_version("triton"),
-    description="Triton sample-pivot select, one launch, cost follows the live length",
+    description="Triton radix select (decode) and sample-pivot select (prefill); cost follows the live length",
 )

@@ -1,30 +1,34 @@
-"""Cooperative radix select: the ``triton`` backend's decode kernel (and row mode).
+"""Cooperative radix select: the ``triton`` backend's decode kernel (and its row mode).
 
 Row r of live length L > k is split over ``n_act`` programs (contiguous slices of whole
 blocks, in index order). Order keys (contract §1.1) as signed int32, smaller = better; the
 radix works on ``u = skey ^ INT_MIN`` whose *unsigned* order is the same.
 
-1. Up to four 8-bit digit passes, most significant first. Each program histograms the
-   digit of its keys that match the prefix chosen so far (``tl.histogram``, 256 bins),
-   adds it to the row's global histogram with one vector atomic, and waits at a row
-   barrier. Every program then reads the same histogram and picks the same bin: the first
-   whose running count reaches ``need`` (how many of the k are still to be found).
+1. Digit passes of DBITS bits (default 8: four passes of 256 bins), most significant
+   first. Each program histograms the digit of its keys that match the prefix chosen so
+   far (``tl.histogram``); with more than one program per row it adds its histogram to the
+   row's global one (one masked vector atomic) and waits at a row barrier. Every program
+   then reads the same histogram and picks the same bin: the first whose running count
+   reaches ``need`` (how many of the k are still to be found). A slice of one block stays
+   in registers across the passes; longer slices re-read (L2) with a one-block prefetch.
 2. Early exit (non-stable only): once the chosen bin holds ``cb`` keys with
-   ``cb * cb <= rank_budget * n_act`` (and cb <= M), one more read writes the definite
-   winners (prefix below the bin) to ``out`` and the bin's keys to a candidate buffer;
-   after a barrier the programs split the candidates and rank each one exactly against all
-   of them ((key, column) order); rank < need goes to ``out[k - need + rank]``.
-   After four passes (or when the bin is taken whole) the bin's keys are taken directly.
-3. ``stable=True``: four passes give the exact k-th key T and how many ties q to keep;
-   each program counts its winners / ties, a barrier shares the counts, and one read in
-   index order emits the reference's bytes (ties: smallest columns; ascending columns).
+   ``cb * cb <= rank_budget * n_act`` (and cb <= the candidate buffer), one more read
+   writes the definite winners (prefix below the bin) to ``out`` and the bin's keys to a
+   candidate buffer; after a barrier the programs split the candidates and rank each one
+   exactly against all of them ((key, column) order); rank < need goes to
+   ``out[k - need + rank]``. After the last pass (or when the bin is taken whole) the
+   bin's keys are taken directly, first come first served (ties: any conforming choice).
+3. ``stable=True``: all passes give the exact k-th key T and how many ties q to keep; each
+   program counts its winners / ties, a barrier shares the counts, and one read in index
+   order emits the reference's bytes (ties: smallest columns; ascending columns).
 
 Barriers are spin waits on a per-row arrival counter; they are safe because the host
-launches at most one program per multiprocessor in split mode (all co-resident) and a
-single program per row otherwise (its barrier never waits). The program that finishes a
-row last restores the row's histogram and counters to zero, so replays need no memset.
-Workspace per slot (int32): [0, 1024) four histograms, [1024, 1040) counters,
-[1040, 1040 + 2 * PMAX) per-program counts (stable), then the candidate keys and columns.
+launches at most ``per_sm`` programs per multiprocessor in split mode with registers capped
+so that they all fit (all co-resident), and a single program per row otherwise (its
+barrier never waits). The program that finishes a row last restores the row's histograms
+and counters to zero, so replays need no memset. Workspace per slot (int32):
+[0, 12288) histograms (passes x bins), [12288, 12304) counters, then 2 x PMAX
+per-program counts (stable), then the candidate keys and columns.
 """
 
 from __future__ import annotations
@@ -264,7 +268,7 @@ def radix_kernel(logits, stride_r, lens, starts, ends, out, ws,
                     small = (cb <= cand_cap) & (cb64 * cb64 <= rank_budget * n_act.to(tl.int64))
                     go = ((p < npass) & ((stable != 0) | ((cb != need) & (small == 0)))).to(tl.int32)
                 if stable != 0:
-                    # four passes: pval is the k-th key (as u); keep `need` of its ties
+                    # all passes ran: pval is the k-th key (as u); keep `need` of its ties
                     _stable_emit(row, lo, hi, pval ^ INT_MIN, need, out_row, ctl, pcnt, s_idx, n_act, nb,
                                  BLOCK, PMAX)
                     nb += 1

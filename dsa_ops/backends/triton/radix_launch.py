@@ -36,7 +36,7 @@ CAND_ROW = 2048  # candidate buffer, row mode (cb * cb <= ROW_RANK_BUDGET)
 ROW_RANK_BUDGET = 1 << 21  # one program ranks up to ~1448 candidates (~8K compares a thread)
 ROW_PROGRAMS_PER_SM = 2
 HEAD = 12304 + 2 * PMAX  # histograms, counters, per-program counts (int32 entries)
-DBITS = 12  # digit width: 12 -> three passes of 4096 bins (8 -> four of 256)
+DBITS = 8  # digit width: four passes of 256 bins (4..12 work; see the kernel notes for timings)
 
 
 @dataclass(frozen=True)
@@ -120,6 +120,8 @@ def launch(logits: Tensor, lens: Tensor, starts: Tensor, ends: Tensor, k: int, n
     """Fill ``out`` (R, k) int32 with the cooperative radix kernel (keywords: tuning)."""
     from dsa_ops.backends.triton.kernels_radix import radix_kernel
 
+    if not 4 <= dbits <= 12:
+        raise ValueError(f"dbits must be in [4, 12] (the histogram region holds 12288 bins), got {dbits}")
     rows, width = logits.shape
     if rows == 0:
         return
