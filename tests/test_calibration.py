@@ -83,3 +83,24 @@ def test_incomplete_or_bad_timings_are_rejected():
         C.decode_bands([M("decode", "a", 1, 1, 8, 1.0), M("decode", "b", 1, 2, 8, 1.0)])
     with pytest.raises(ValueError, match="non-finite"):
         C.decode_bands([M("decode", "a", 1, 1, 8, float("nan"))])
+
+
+def test_committed_h200_policy_is_reproducible_from_its_measurements():
+    """docs/benchmarks/h200-policy.json: loads, routes CUDA sm_90 to its calibrated rules, and
+    rebuilding it from the measurements it stores gives the same policy (same hash)."""
+    import os
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    path = os.path.join(root, "docs", "benchmarks", "h200-policy.json")
+    pol = P.load(path)
+    meta = pol.meta
+    assert meta["device"] == "NVIDIA H200" and meta["measurements"]
+    ms = [C.Measurement(**m) for m in meta["measurements"]]
+    assert {m.backend for m in ms} == {"reference", "triton"}
+    rebuilt = C.build_policy(ms, meta["platform"], meta["arch"],
+                             {k: v for k, v in meta.items() if k not in ("measurements", "decode_bands", "prefill")})
+    assert rebuilt.content_hash() == pol.content_hash()
+    facts = P.Facts("cuda", "sm_90", "cuda", 2048, 1, 133120)
+    assert [r.backend for r in pol.decode if r.matches(facts)][0] == "triton"
+    for long in (False, True):
+        assert [r.backend for r in pol.prefill if r.matches(facts, long)][0] == "triton"

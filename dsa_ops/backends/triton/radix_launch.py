@@ -15,6 +15,7 @@ a zeroed temporary from the graph's pool instead.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -53,6 +54,7 @@ class RadixPlan:
         return HEAD + 2 * self.cand_cap
 
 
+@functools.lru_cache(maxsize=None)
 def _hist_mask() -> bool:
     """Whether this Triton's ``tl.histogram`` takes ``mask=`` (3.3 and later)."""
     import inspect
