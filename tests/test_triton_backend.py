@@ -172,6 +172,26 @@ def test_radix_prefill_windows_and_million_columns(gen, stable):
     assert_decode_equivalent(got, big, lt, 2048, stable=stable)
 
 
+def test_radix_plan_split_and_its_off_switch(monkeypatch):
+    """On a (faked) 132-SM GPU a single long row is split over at most 32 programs, 64 rows
+    over 4 each; DSA_OPS_TRITON_SPLIT=0 gives one program per row; bad knobs are refused."""
+    from dsa_ops.backends.triton import radix_launch as rl
+
+    monkeypatch.setattr(rl, "_num_sms", lambda kind, index: 132)
+    monkeypatch.setattr(rl.torch.version, "hip", None, raising=False)
+    dev = torch.device("cuda", 0)
+    assert rl.plan(1, 133120, dev).slices == 32
+    assert rl.plan(64, 133120, dev).slices == 4
+    assert rl.plan(300, 133120, dev).slices == 1
+    with pytest.raises(ValueError, match="per_sm"):
+        rl.plan(1, 133120, dev, per_sm=3)
+    monkeypatch.setenv("DSA_OPS_TRITON_SPLIT", "0")
+    assert rl.plan(1, 133120, dev).slices == 1
+    with pytest.raises(ValueError, match="dbits"):
+        rl.launch(torch.zeros(1, 8), *(torch.zeros(1, dtype=torch.int32),) * 3, 4, 1, False, False,
+                  torch.zeros(1, 4, dtype=torch.int32), dbits=13)
+
+
 def test_radix_plan_bounds():
     """Split plans never exceed the co-resident programs; CPU plans are one program per row."""
     from dsa_ops.backends.triton import radix_launch as rl

@@ -16,6 +16,7 @@ a zeroed temporary from the graph's pool instead.
 from __future__ import annotations
 
 import functools
+import os
 from dataclasses import dataclass
 
 import torch
@@ -80,10 +81,13 @@ def plan(rows: int, width: int, device: torch.device, slices: int | None = None,
     """Split a few long rows over the multiprocessors; one program per row otherwise.
 
     Under Triton's interpreter programs run one after another, so a row barrier could
-    never be passed: CPU plans are always one program per row.
+    never be passed: CPU plans are always one program per row. ``DSA_OPS_TRITON_SPLIT=0``
+    forces that plan on GPUs too: use it where this process may get fewer multiprocessors
+    than the device reports (MPS thread limits, green contexts), since split rows spin at
+    barriers that need every program of the row resident.
     """
     cap = _num_sms(device.type, device.index or 0) * _per_sm(device, num_warps, per_sm)
-    if device.type != "cuda":
+    if device.type != "cuda" or os.environ.get("DSA_OPS_TRITON_SPLIT", "1") == "0":
         slices = 1
     elif slices is None:
         slices = max(1, min(-(-width // block), cap // max(rows, 1), MAX_ACT))
