@@ -15,10 +15,14 @@ import sys
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import dsa_ops
 from dsa_ops.testing import assert_decode_equivalent, assert_prefill_equivalent
+from tests import oracle
 from tests.data import POISON, from_bits, logits, poisoned_out
+from tests.test_properties import assert_topk_properties, decode_case, prefill_case
 
 INTERP = os.environ.get("TRITON_INTERPRET") == "1"
 HAS_TRITON = True
@@ -170,6 +174,54 @@ def test_radix_prefill_windows_and_million_columns(gen, stable):
     lt = torch.tensor([(1 << 20) - 3], dtype=torch.int32)
     got = dsa_ops.topk_decode(big, lt, 2048, backend="triton", stable=stable)
     assert_decode_equivalent(got, big, lt, 2048, stable=stable)
+
+
+@interp
+@settings(max_examples=40)
+@given(st.data())
+def test_radix_properties(draws):
+    """Hypothesis cases of tests/test_properties.py (any fp32 bits, ties, sliced rows, every
+    length layout) through the radix kernel with random knobs: small blocks (multi-block
+    slices), 4..8-bit digits, no / default / unbounded early exit."""
+    from dsa_ops.backends.triton import radix_launch
+
+    x, lengths, next_n, k, windows = draws.draw(decode_case(exact=True))
+    if x.shape[0] == 0:
+        return
+    k = draws.draw(st.integers(1, max(1, x.shape[1] // 2)))  # mostly L > k: the selection paths
+    knobs = dict(block=draws.draw(st.sampled_from([16, 64, 1024])), dbits=draws.draw(st.sampled_from([4, 5, 8])),
+                 rank_budget=draws.draw(st.sampled_from([0, None, 1 << 40])))
+    flat = lengths.reshape(-1)
+    nn = 1 if flat.numel() == x.shape[0] else next_n
+    for stable in (False, True):
+        out = poisoned_out(x.shape[0], k)
+        radix_launch.launch(x, flat, flat, flat, k, nn, False, stable, out, **knobs)
+        if stable:
+            assert torch.equal(out, oracle.topk_windows(x, windows, k)), knobs
+        else:
+            assert_topk_properties(out, x, windows, k)
+
+
+@interp
+@settings(max_examples=30)
+@given(st.data())
+def test_pivot_prefill_properties(draws):
+    """Hypothesis prefill windows (empty, inverted, past W) through the sample-pivot kernel in
+    row mode and in split mode, with a mid buffer that may be too small (exact fallback)."""
+    from dsa_ops.backends.triton import launch
+
+    x, starts, ends, k, windows = draws.draw(prefill_case(exact=True))
+    if x.shape[0] == 0:
+        return
+    k = draws.draw(st.integers(1, max(1, x.shape[1] // 2)))
+    knobs = dict(slices=draws.draw(st.sampled_from([1, 3])), cap=draws.draw(st.sampled_from([None, k])))
+    for stable in (False, True):
+        out = poisoned_out(x.shape[0], k)
+        launch.launch(x, starts, starts, ends, k, 1, True, stable, out, **knobs)
+        if stable:
+            assert torch.equal(out, oracle.topk_windows(x, windows, k)), knobs
+        else:
+            assert_topk_properties(out, x, windows, k)
 
 
 def test_radix_plan_split_and_its_off_switch(monkeypatch):
