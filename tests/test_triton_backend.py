@@ -244,6 +244,19 @@ def test_radix_plan_split_and_its_off_switch(monkeypatch):
                   torch.zeros(1, 4, dtype=torch.int32), dbits=13)
 
 
+def test_workspaces_are_cached_per_kernel_and_size():
+    """Both kernels' workspaces come from one cache: same sizes -> same tensors, the radix one
+    zeroed, and the two kernels never share an entry."""
+    from dsa_ops.backends.triton import launch, radix_launch
+
+    cpu = torch.device("cpu")
+    ws, cnt = launch.workspace(cpu, 2, 64)
+    assert launch.workspace(cpu, 2, 64)[0] is ws and (cnt == 0).all()
+    rw = radix_launch.workspace(cpu, 2, 64)
+    assert rw is radix_launch.workspace(cpu, 2, 64) and rw is not ws and (rw == 0).all()
+    assert radix_launch.workspace(cpu, 3, 64).shape == (3, 64)
+
+
 def test_radix_plan_bounds():
     """Split plans never exceed the co-resident programs; CPU plans are one program per row."""
     from dsa_ops.backends.triton import radix_launch as rl

@@ -39,9 +39,11 @@ from dsa_ops.backends.triton.kernels_select import (  # noqa: F401  (jit helpers
     _radix_kth,
     _rank_part,
     _row_pivots,
+    _row_window,
     _skey,
     _split_pass,
     _splitters,
+    _trivial,
 )
 
 
@@ -190,15 +192,6 @@ def _resolve(row, L, k, out_row, t_lo, t_hi, u, cw, cm, ct, acc, cnt_row, mk, mi
             _emit_ordered(row, L, out_row, k, tk, ti, quota, BS)
 
 
-@triton.jit
-def _trivial(out_row, L, k, BS: tl.constexpr):
-    """L <= k: out = 0, 1, ..., L-1, then -1; reads no logits."""
-    ar = tl.arange(0, BS)
-    for s in range(0, k, BS):
-        o = s + ar
-        tl.store(out_row + o, tl.where(o < L, o, -1), mask=o < k)
-
-
 @triton.jit(do_not_specialize=["stride_r", "R", "W", "k", "next_n", "n_slices", "is_prefill", "split",
                                "count", "stable", "cap", "ws_stride", "dbg"])
 def topk_kernel(logits, stride_r, lens, starts, ends, out, ws, cnt,
@@ -222,17 +215,7 @@ def topk_kernel(logits, stride_r, lens, starts, ends, out, ws, cnt,
     lim = tl.where(stable != 0, 0, k)  # definite winners go to out unless stable
     for r in range(pid0, R, g0):
         tl.debug_barrier()  # row mode reuses the slot: the last row's reads finish before new writes
-        # Row window from the device lengths, clamped to [0, W] (branch-free, masked loads).
-        pf = is_prefill != 0
-        s_raw = tl.load(starts + r, mask=pf, other=0)
-        e_raw = tl.load(ends + r, mask=pf, other=0)
-        l_raw = tl.load(lens + r // next_n, mask=is_prefill == 0, other=0) - next_n + 1 + r % next_n
-        s0 = tl.where(pf, tl.minimum(tl.maximum(s_raw, 0), W), 0)
-        e0 = tl.minimum(tl.maximum(e_raw, 0), W)
-        L = tl.where(pf, tl.maximum(e0 - s0, 0), tl.minimum(tl.maximum(l_raw, 0), W))
-        r64 = r + tl.zeros([], tl.int64)  # the loop index is a Python int in the interpreter
-        row = logits + r64 * stride_r + s0
-        out_row = out + r64 * k
+        L, row, out_row = _row_window(r, lens, starts, ends, next_n, is_prefill, W, logits, stride_r, out, k)
         if L <= k:
             if pid_s == 0:
                 _trivial(out_row, L, k, BS)

@@ -36,10 +36,9 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from dsa_ops.backends.triton.kernels_select import INT_MIN, _skey
+from dsa_ops.backends.triton.kernels_select import INT_MIN, _row_window, _skey, _trivial
 
 HIST = tl.constexpr(0)  # up to 3 x 4096 bins (12-bit digits) or 4 x 256 (8-bit)
-HSIZE = tl.constexpr(12288)
 CTL = tl.constexpr(12288)  # [0] arrivals, [1] winner slots, [2] taken-bin slots, [3] done
 PCNT = tl.constexpr(12304)
 
@@ -194,15 +193,6 @@ def _stable_emit(row, lo, hi, tkey, q, out_row, ctl, pcnt, s_idx, n_act, nb,
         trank += tl.sum(tie.to(tl.int32))
 
 
-@triton.jit
-def _trivial(out_row, L, k, BLOCK: tl.constexpr):
-    """L <= k: out = 0, 1, ..., L-1, then -1; reads no logits."""
-    ar = tl.arange(0, BLOCK)
-    for s in range(0, k, BLOCK):
-        o = s + ar
-        tl.store(out_row + o, tl.where(o < L, o, -1), mask=o < k)
-
-
 @triton.jit(do_not_specialize=["stride_r", "R", "W", "k", "next_n", "n_slices", "is_prefill", "stable",
                                "cand_cap", "ws_stride", "min_slice", "rank_budget"])
 def radix_kernel(logits, stride_r, lens, starts, ends, out, ws,
@@ -224,16 +214,7 @@ def radix_kernel(logits, stride_r, lens, starts, ends, out, ws,
     npass = (32 + DBITS - 1) // DBITS
     for r in range(pid0, R, g0):
         tl.debug_barrier()  # row mode reuses the slot: the last row's reads finish first
-        pf = is_prefill != 0
-        s_raw = tl.load(starts + r, mask=pf, other=0)
-        e_raw = tl.load(ends + r, mask=pf, other=0)
-        l_raw = tl.load(lens + r // next_n, mask=is_prefill == 0, other=0) - next_n + 1 + r % next_n
-        s0 = tl.where(pf, tl.minimum(tl.maximum(s_raw, 0), W), 0)
-        e0 = tl.minimum(tl.maximum(e_raw, 0), W)
-        L = tl.where(pf, tl.maximum(e0 - s0, 0), tl.minimum(tl.maximum(l_raw, 0), W))
-        r64 = r + tl.zeros([], tl.int64)
-        row = logits + r64 * stride_r + s0
-        out_row = out + r64 * k
+        L, row, out_row = _row_window(r, lens, starts, ends, next_n, is_prefill, W, logits, stride_r, out, k)
         if L <= k:
             if s_idx == 0:
                 _trivial(out_row, L, k, BLOCK)
@@ -289,4 +270,4 @@ def radix_kernel(logits, stride_r, lens, starts, ends, out, ws,
                     for z in range(0, npass * NB, 1024):
                         tl.store(slot + HIST + z + tl.arange(0, 1024), tl.zeros([1024], tl.int32))
                     tl.store(ctl + tl.arange(0, 16), tl.zeros([16], tl.int32))
-                    tl.store(pcnt + tl.arange(0, 2 * PMAX), tl.zeros([2 * PMAX], tl.int32))
+                    # (the per-program counts need no reset: each call writes before it reads)

@@ -1,4 +1,5 @@
-"""Triton bodies shared by the ``triton`` backend's kernel: order keys, exact small ranks,
+"""Triton bodies shared by the ``triton`` backend's kernels: row windows and the L <= k
+write (both kernels), order keys, exact small ranks,
 sample splitters, passes over the (key, column) arrays of the workspace, and the exact
 fallback (4-bit radix counting over the row, then an index-ordered emission).
 
@@ -22,6 +23,33 @@ def _skey(x):
     """fp32 -> signed int32 order key (smaller = better), contract §1.1."""
     b = x.to(tl.int32, bitcast=True)
     return b ^ (~(b >> 31) | INT_MIN)
+
+
+@triton.jit
+def _row_window(r, lens, starts, ends, next_n, is_prefill, W, logits, stride_r, out, k):
+    """Row r's live length L and its logits / out row pointers, from the device lengths.
+
+    Decode: L = lens[r // next_n] - next_n + 1 + r % next_n; prefill: window [s, e). Both
+    clamped to [0, W] (branch-free, masked loads); the logits pointer starts at the window.
+    """
+    pf = is_prefill != 0
+    s_raw = tl.load(starts + r, mask=pf, other=0)
+    e_raw = tl.load(ends + r, mask=pf, other=0)
+    l_raw = tl.load(lens + r // next_n, mask=is_prefill == 0, other=0) - next_n + 1 + r % next_n
+    s0 = tl.where(pf, tl.minimum(tl.maximum(s_raw, 0), W), 0)
+    e0 = tl.minimum(tl.maximum(e_raw, 0), W)
+    L = tl.where(pf, tl.maximum(e0 - s0, 0), tl.minimum(tl.maximum(l_raw, 0), W))
+    r64 = r + tl.zeros([], tl.int64)  # the loop index is a Python int in the interpreter
+    return L, logits + r64 * stride_r + s0, out + r64 * k
+
+
+@triton.jit
+def _trivial(out_row, L, k, BS: tl.constexpr):
+    """L <= k: out = 0, 1, ..., L-1, then -1; reads no logits."""
+    ar = tl.arange(0, BS)
+    for s in range(0, k, BS):
+        o = s + ar
+        tl.store(out_row + o, tl.where(o < L, o, -1), mask=o < k)
 
 
 @triton.jit

@@ -9,7 +9,7 @@ allocated and every launch restores it (the last program of each row writes the 
 back), so replays of a captured graph need no memset. ``ws`` (int32 buffers) needs no
 initial value. Outside a capture they are allocated on a helper thread, so they never land
 in a graph's private pool (cudagraph trees route a thread's allocations there; see
-``_allocate_outside_pools``). A first use *inside* a capture takes graph-pool temporaries
+``cached_workspace``). A first use *inside* a capture takes graph-pool temporaries
 instead (cnt's memset is then part of that graph). Both paths serve manual capture and
 ``torch.compile(mode="reduce-overhead")``.
 """
@@ -19,9 +19,12 @@ from __future__ import annotations
 import functools
 import os
 from dataclasses import dataclass
+from typing import Callable, TypeVar
 
 import torch
 from torch import Tensor
+
+T = TypeVar("T")
 
 NS = 128  # row sample size (an NS x NS compare per program)
 MF = 128  # final exact-rank size and level sample size
@@ -80,39 +83,44 @@ def plan(rows: int, width: int, k: int, device: torch.device, slices: int | None
     return Plan(grid0=rows, slices=slices, split=True, count=slices >= 8 if count is None else count, cap=cap)
 
 
-_WORKSPACES: dict[tuple, tuple[Tensor, Tensor]] = {}
+_WORKSPACES: dict[tuple, object] = {}
+
+
+def cached_workspace(device: torch.device, key: tuple, make: Callable[[torch.device], T]) -> T:
+    """``make(device)``'s result, cached per (device, current stream, ``key``).
+
+    Outside a capture the cache is filled on a helper thread (``_allocate_outside_pools``).
+    A first use *inside* a capture returns an uncached ``make(device)`` instead: temporaries
+    from this graph's pool, living as long as the graph, their zeroing captured with it.
+    """
+    stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
+    full = (device.type, device.index, stream) + key
+    hit = _WORKSPACES.get(full)
+    if hit is not None:
+        return hit
+    if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+        return make(device)
+    hit = _WORKSPACES[full] = _allocate_outside_pools(device, make)
+    return hit
 
 
 def workspace(device: torch.device, slots: int, ws_stride: int) -> tuple[Tensor, Tensor]:
     """(ws int32 (slots, ws_stride), cnt int64 (slots, CNT_STRIDE) zeros), cached per stream."""
-    stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
-    key = (device.type, device.index, stream, slots, ws_stride)
-    hit = _WORKSPACES.get(key)
-    if hit is not None:
-        return hit
-    if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
-        # First use inside a capture: temporaries from this graph's pool, living as long as
-        # the graph; cnt's zeroing is captured with it.
-        return (torch.empty((slots, ws_stride), dtype=torch.int32, device=device),
-                torch.zeros((slots, CNT_STRIDE), dtype=torch.int64, device=device))
-    hit = _WORKSPACES[key] = _allocate_outside_pools(device, slots, ws_stride)
-    return hit
+    def make(dev: torch.device) -> tuple[Tensor, Tensor]:
+        return (torch.empty((slots, ws_stride), dtype=torch.int32, device=dev),
+                torch.zeros((slots, CNT_STRIDE), dtype=torch.int64, device=dev))
+
+    return cached_workspace(device, ("pivot", slots, ws_stride), make)
 
 
-def _allocate_outside_pools(device: torch.device, slots: int, ws_stride: int, make=None):
-    """Allocate (and zero ``cnt``) from the ordinary caching pool, on a helper thread.
-
-    ``make(device)`` replaces the default (ws, cnt) pair with another workspace.
+def _allocate_outside_pools(device: torch.device, make: Callable[[torch.device], T]) -> T:
+    """Run ``make(device)`` (allocations, zeroing) in the ordinary caching pool, on a helper thread.
 
     Inductor's cudagraph trees route every allocation of the *thread* that warms up or
     records a graph to the graph's pool; a cached workspace living there outlives the
     graph's outputs and is rejected ("tensors in the cudagraph pool not tracked as
     outputs"). Another thread's allocations are not routed. Never called during a capture.
     """
-    if make is None:
-        def make(dev):
-            return (torch.empty((slots, ws_stride), dtype=torch.int32, device=dev),
-                    torch.zeros((slots, CNT_STRIDE), dtype=torch.int64, device=dev))
     if device.type != "cuda":
         return make(device)
     import threading

@@ -8,7 +8,7 @@ every program of a row is resident while the others spin at a row barrier. Row m
 no waiting barrier and may use more programs than multiprocessors.
 
 Workspace: one int32 tensor per (device, stream, slots, stride), zeroed when allocated
-(outside any graph pool, see :func:`launch._allocate_outside_pools`) and restored to zero
+(outside any graph pool, see :func:`launch.cached_workspace`) and restored to zero
 by every launch, so graph replays need no memset. A first use inside a capture allocates
 a zeroed temporary from the graph's pool instead.
 """
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from dsa_ops.backends.triton.launch import _allocate_outside_pools, _num_sms
+from dsa_ops.backends.triton.launch import _num_sms, cached_workspace
 
 BLOCK = 2048  # columns per iteration of a pass (8 per thread at 8 warps)
 NUM_WARPS = 8
@@ -102,20 +102,10 @@ def plan(rows: int, width: int, device: torch.device, slices: int | None = None,
                      rank_budget=ROW_RANK_BUDGET)
 
 
-_WORKSPACES: dict[tuple, Tensor] = {}
-
-
 def workspace(device: torch.device, slots: int, stride: int) -> Tensor:
-    stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
-    key = (device.type, device.index, stream, slots, stride)
-    hit = _WORKSPACES.get(key)
-    if hit is not None:
-        return hit
-    if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
-        return torch.zeros((slots, stride), dtype=torch.int32, device=device)
-    hit = _WORKSPACES[key] = _allocate_outside_pools(
-        device, slots, stride, make=lambda dev: torch.zeros((slots, stride), dtype=torch.int32, device=dev))
-    return hit
+    """int32 (slots, stride) zeros, cached per stream (see ``launch.cached_workspace``)."""
+    return cached_workspace(device, ("radix", slots, stride),
+                            lambda dev: torch.zeros((slots, stride), dtype=torch.int32, device=dev))
 
 
 def launch(logits: Tensor, lens: Tensor, starts: Tensor, ends: Tensor, k: int, next_n: int,
