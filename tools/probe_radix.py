@@ -41,12 +41,8 @@ def lens_for(rows, L, gen):
     return torch.full((rows,), L, dtype=torch.int32, device="cuda")
 
 
-def run_radix(x, lt, out, stable=False, **kw):  # noqa: E302
+def run_radix(x, lt, out, stable=False, **kw):
     radix.launch(x, lt, lt, lt, K, 1, False, stable, out, **kw)
-
-
-def run_pivot(x, lt, out, stable=False):
-    pivot.launch(x, lt, lt, lt, K, 1, False, stable, out)
 
 
 gen = torch.Generator().manual_seed(0)
