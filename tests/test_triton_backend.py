@@ -119,14 +119,16 @@ def test_launch_modes(gen, slices, cap, kind):
 
 
 @interp
-@pytest.mark.parametrize("budget, hist_mask, dbits", [(0, True, 12), (1 << 18, True, 12), (1 << 40, True, 12),
-                                                     (0, False, 12), (0, True, 8), (1 << 18, False, 8)])
+@pytest.mark.parametrize("budget, hist_mask, dbits, sparse", [
+    (0, True, 12, 0), (1 << 18, True, 12, 0), (1 << 40, True, 12, 0), (0, False, 12, 0), (0, True, 8, 0),
+    (1 << 18, False, 8, 0), (0, True, 8, 1 << 30), (1 << 18, True, 8, 1 << 30), (0, True, 5, 1 << 30)])
 @pytest.mark.parametrize("kind", ["randn", "ties", "specials"])
-def test_radix_paths(gen, budget, hist_mask, dbits, kind):
+def test_radix_paths(gen, budget, hist_mask, dbits, kind, sparse):
     """The radix kernel's exits: four full passes (budget 0), the candidate rank after an
     early pass (large budget), and the default; every one reaches the exact answer, with
     and without ``tl.histogram``'s mask (older Tritons take the spare-bin form), with
-    12-bit (three passes) and 8-bit (four passes) digits."""
+    12-bit (three passes) and 8-bit (four passes) digits, and with every pass after the
+    first counted by per-key atomics (sparse) or by ``tl.histogram`` (dense)."""
     from dsa_ops.backends.triton import radix_launch
 
     k, width = 64, 5000
@@ -135,7 +137,7 @@ def test_radix_paths(gen, budget, hist_mask, dbits, kind):
     for stable in (False, True):
         out = poisoned_out(3, k)
         radix_launch.launch(x, lt, lt, lt, k, 1, False, stable, out, rank_budget=budget, block=1024,
-                            hist_mask=hist_mask, dbits=dbits)
+                            hist_mask=hist_mask, dbits=dbits, sparse_max=sparse)
         assert_decode_equivalent(out, x, lt, k, stable=stable)
 
 
@@ -182,7 +184,8 @@ def test_radix_prefill_windows_and_million_columns(gen, stable):
 def test_radix_properties(draws):
     """Hypothesis cases of tests/test_properties.py (any fp32 bits, ties, sliced rows, every
     length layout) through the radix kernel with random knobs: small blocks (multi-block
-    slices), 4..8-bit digits, no / default / unbounded early exit."""
+    slices), 4..8-bit digits, no / default / unbounded early exit, dense or sparse later
+    passes."""
     from dsa_ops.backends.triton import radix_launch
 
     x, lengths, next_n, k, windows = draws.draw(decode_case(exact=True))
@@ -190,7 +193,8 @@ def test_radix_properties(draws):
         return
     k = draws.draw(st.integers(1, max(1, x.shape[1] // 2)))  # mostly L > k: the selection paths
     knobs = dict(block=draws.draw(st.sampled_from([16, 64, 1024])), dbits=draws.draw(st.sampled_from([4, 5, 8])),
-                 rank_budget=draws.draw(st.sampled_from([0, None, 1 << 40])))
+                 rank_budget=draws.draw(st.sampled_from([0, None, 1 << 40])),
+                 sparse_max=draws.draw(st.sampled_from([0, 64, 1 << 30])))
     flat = lengths.reshape(-1)
     nn = 1 if flat.numel() == x.shape[0] else next_n
     for stable in (False, True):

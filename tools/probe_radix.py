@@ -55,8 +55,8 @@ if "smoke" in SECTIONS:
     assert_decode_equivalent(out, x, lt, K)
     log("smoke ok", radix.plan(2, 133120, x.device))
 
-VARIANTS = [("8-bit", dict(dbits=8)), ("6-bit", dict(dbits=6)), ("5-bit", dict(dbits=5)), ("4-bit", dict(dbits=4)),
-            ("5-bit b4096", dict(dbits=5, block=4096))]
+VARIANTS = [("sparse16K", {}), ("dense", dict(sparse_max=0)), ("sparse all", dict(sparse_max=1 << 30)),
+            ("b1024", dict(block=1024)), ("6-bit", dict(dbits=6))]
 if "check" in SECTIONS:
     n = 0
     t0 = time.time()

@@ -89,6 +89,24 @@ def _hist_pass(row, lo, hi, s0, pmask, pval, shift, BLOCK: tl.constexpr, NB: tl.
 
 
 @triton.jit
+def _atomic_pass(row, lo, hi, s0, pmask, pval, shift, ghist, BLOCK: tl.constexpr, NB: tl.constexpr):
+    """Sparse pass: every key of [lo, hi) that matches the prefix adds one to its digit's
+    bin of the row's global histogram ``ghist`` (one relaxed atomic per matching key, no
+    ``tl.histogram``). The caller takes this path only when few keys match."""
+    ar = tl.arange(0, BLOCK)
+    s = s0
+    x = tl.load(row + lo + BLOCK + ar, mask=lo + BLOCK + ar < hi, other=0.0)
+    for start in range(lo, hi, BLOCK):
+        o = start + ar
+        if start > lo:
+            s = _skey(x)
+            x = tl.load(row + o + BLOCK, mask=o + BLOCK < hi, other=0.0)
+        u = s ^ INT_MIN
+        m = (o < hi) & ((u & pmask) == pval)
+        tl.atomic_add(ghist + ((u >> shift) & (NB - 1)), 1, mask=m, sem="relaxed")
+
+
+@triton.jit
 def _choose(hh, need):
     """Bin holding the need-th key of the row's histogram -> (bin, keys below it, keys in it)."""
     bins = tl.arange(0, hh.shape[0])
@@ -194,9 +212,10 @@ def _stable_emit(row, lo, hi, tkey, q, out_row, ctl, pcnt, s_idx, n_act, nb,
 
 
 @triton.jit(do_not_specialize=["stride_r", "R", "W", "k", "next_n", "n_slices", "is_prefill", "stable",
-                               "cand_cap", "ws_stride", "min_slice", "rank_budget"])
+                               "cand_cap", "ws_stride", "min_slice", "rank_budget", "sparse_max"])
 def radix_kernel(logits, stride_r, lens, starts, ends, out, ws,
                  R, W, k, next_n, n_slices, is_prefill, stable, cand_cap, ws_stride, min_slice, rank_budget,
+                 sparse_max,
                  BLOCK: tl.constexpr, RT: tl.constexpr, CT: tl.constexpr, PMAX: tl.constexpr,
                  HMASK: tl.constexpr, DBITS: tl.constexpr, NB: tl.constexpr):
     """Grid (G0, n_slices). n_slices > 1: G0 = R, program (r, s) owns slice s of row r and
@@ -234,12 +253,18 @@ def radix_kernel(logits, stride_r, lens, starts, ends, out, ws,
                 key0 = _skey(tl.load(row + lo + ar, mask=lo + ar < hi, other=0.0))  # first block, kept
                 while go != 0:
                     shift = tl.maximum(32 - DBITS * (p + 1), 0)  # 12-bit: 20, 8, 0 (overlap already fixed)
-                    h = _hist_pass(row, lo, hi, key0, pmask, pval, shift, BLOCK, NB, HMASK)
-                    if n_act > 1:
-                        tl.atomic_add(slot + HIST + NB * p + bins, h, mask=h != 0, sem="relaxed")
+                    if (p > 0) & (cb <= sparse_max):  # few keys match: atomics, not tl.histogram
+                        _atomic_pass(row, lo, hi, key0, pmask, pval, shift, slot + HIST + NB * p, BLOCK, NB)
                         nb += 1
-                        _barrier(ctl, n_act * nb)
+                        _barrier(ctl, n_act * nb)  # also orders the atomics before the read (row mode)
                         h = tl.load(slot + HIST + NB * p + bins, cache_modifier=".cg")
+                    else:
+                        h = _hist_pass(row, lo, hi, key0, pmask, pval, shift, BLOCK, NB, HMASK)
+                        if n_act > 1:
+                            tl.atomic_add(slot + HIST + NB * p + bins, h, mask=h != 0, sem="relaxed")
+                            nb += 1
+                            _barrier(ctl, n_act * nb)
+                            h = tl.load(slot + HIST + NB * p + bins, cache_modifier=".cg")
                     b, below, cb = _choose(h, need)
                     need -= below
                     pval = pval | (b << shift)

@@ -38,6 +38,7 @@ CAND_ROW = 2048  # candidate buffer, row mode (cb * cb <= ROW_RANK_BUDGET)
 ROW_RANK_BUDGET = 1 << 21  # one program ranks up to ~1448 candidates (~8K compares a thread)
 ROW_PROGRAMS_PER_SM = 2
 HEAD = 12304 + 2 * PMAX  # histograms, counters, per-program counts (int32 entries)
+SPARSE_MAX = 16384  # later passes use per-key atomics when at most this many keys of the row match
 DBITS = 8  # digit width: four passes of 256 bins (4..12 work; see the kernel notes for timings)
 
 
@@ -112,7 +113,7 @@ def launch(logits: Tensor, lens: Tensor, starts: Tensor, ends: Tensor, k: int, n
            is_prefill: bool, stable: bool, out: Tensor, slices: int | None = None,
            block: int = BLOCK, num_warps: int = NUM_WARPS, per_sm: int | None = None,
            min_slice: int = MIN_SLICE, rank_budget: int | None = None, rt: int = RT, ct: int = CT,
-           hist_mask: bool | None = None, dbits: int = DBITS) -> None:
+           hist_mask: bool | None = None, dbits: int = DBITS, sparse_max: int = SPARSE_MAX) -> None:
     """Fill ``out`` (R, k) int32 with the cooperative radix kernel (keywords: tuning)."""
     from dsa_ops.backends.triton.kernels_radix import radix_kernel
 
@@ -127,7 +128,7 @@ def launch(logits: Tensor, lens: Tensor, starts: Tensor, ends: Tensor, k: int, n
     radix_kernel[(p.grid0, p.slices)](
         logits, logits.stride(0), lens, starts, ends, out, ws,
         rows, width, k, next_n, p.slices, int(is_prefill), int(stable), p.cand_cap, ws.stride(0), min_slice,
-        p.rank_budget if rank_budget is None else rank_budget,
+        p.rank_budget if rank_budget is None else rank_budget, sparse_max,
         BLOCK=block, RT=rt, CT=ct, PMAX=PMAX, HMASK=_hist_mask() if hist_mask is None else hist_mask,
         DBITS=dbits, NB=1 << dbits, num_warps=num_warps, **({"maxnreg": MAXNREG} if cuda else {}),
     )
