@@ -55,8 +55,8 @@ if "smoke" in SECTIONS:
     assert_decode_equivalent(out, x, lt, K)
     log("smoke ok", radix.plan(2, 133120, x.device))
 
-VARIANTS = [("sparse16K", {}), ("dense", dict(sparse_max=0)), ("sparse all", dict(sparse_max=1 << 30)),
-            ("b1024", dict(block=1024)), ("6-bit", dict(dbits=6))]
+VARIANTS = [("default", {}), ("sp16K", dict(sparse_max=16384)), ("rb16K", dict(rank_budget=16384)),
+            ("rb4K", dict(rank_budget=4096)), ("rb16K sp16K", dict(rank_budget=16384, sparse_max=16384))]
 if "check" in SECTIONS:
     n = 0
     t0 = time.time()

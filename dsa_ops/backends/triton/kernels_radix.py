@@ -153,27 +153,45 @@ def _emit_pass(row, lo, hi, s0, pmask, pval, out_row, ctl, k, need, take_all, ca
 @triton.jit
 def _rank_emit(cand_k, cand_i, cb, c0, c1, out_row, base, need, RT: tl.constexpr, CT: tl.constexpr):
     """Exact (key, column) rank of candidates [c0, c1) among all cb; rank < need -> out.
-    The column tiles of the candidate buffer are prefetched one ahead."""
+    cb <= CT (the usual case): all cb columns are loaded once and the row tiles are
+    prefetched one ahead; otherwise the column tiles are prefetched one ahead."""
     rt = tl.arange(0, RT)
     ct = tl.arange(0, CT)
-    for t0 in range(c0, c1, RT):
-        ti = t0 + rt
-        tv = ti < c1
-        tk = tl.load(cand_k + ti, mask=tv, other=0, cache_modifier=".cg")
-        tx = tl.load(cand_i + ti, mask=tv, other=0, cache_modifier=".cg")
-        rank = tl.zeros([RT], tl.int32)
-        jk = tl.load(cand_k + ct, mask=ct < cb, other=0, cache_modifier=".cg")
-        jx = tl.load(cand_i + ct, mask=ct < cb, other=0, cache_modifier=".cg")
-        for j0 in range(0, cb, CT):
-            jn = j0 + CT + ct
-            nk = tl.load(cand_k + jn, mask=jn < cb, other=0, cache_modifier=".cg")
-            nx = tl.load(cand_i + jn, mask=jn < cb, other=0, cache_modifier=".cg")
-            jv = j0 + ct < cb
+    if cb <= CT:  # one column tile (the usual case): load it once, prefetch the row tiles
+        jv = ct < cb
+        jk = tl.load(cand_k + ct, mask=jv, other=0, cache_modifier=".cg")
+        jx = tl.load(cand_i + ct, mask=jv, other=0, cache_modifier=".cg")
+        tk = tl.load(cand_k + c0 + rt, mask=c0 + rt < c1, other=0, cache_modifier=".cg")
+        tx = tl.load(cand_i + c0 + rt, mask=c0 + rt < c1, other=0, cache_modifier=".cg")
+        for t0 in range(c0, c1, RT):
+            tv = t0 + rt < c1
+            nv = t0 + RT + rt < c1
+            nk = tl.load(cand_k + t0 + RT + rt, mask=nv, other=0, cache_modifier=".cg")
+            nx = tl.load(cand_i + t0 + RT + rt, mask=nv, other=0, cache_modifier=".cg")
             less = ((jk[None, :] < tk[:, None]) | ((jk[None, :] == tk[:, None]) & (jx[None, :] < tx[:, None])))
-            rank += tl.sum((less & jv[None, :]).to(tl.int32), axis=1)
-            jk = nk
-            jx = nx
-        tl.store(out_row + base + rank, tx, mask=tv & (rank < need))
+            rank = tl.sum((less & jv[None, :]).to(tl.int32), axis=1)
+            tl.store(out_row + base + rank, tx, mask=tv & (rank < need))
+            tk = nk
+            tx = nx
+    else:
+        for t0 in range(c0, c1, RT):
+            ti = t0 + rt
+            tv = ti < c1
+            tk = tl.load(cand_k + ti, mask=tv, other=0, cache_modifier=".cg")
+            tx = tl.load(cand_i + ti, mask=tv, other=0, cache_modifier=".cg")
+            rank = tl.zeros([RT], tl.int32)
+            jk = tl.load(cand_k + ct, mask=ct < cb, other=0, cache_modifier=".cg")
+            jx = tl.load(cand_i + ct, mask=ct < cb, other=0, cache_modifier=".cg")
+            for j0 in range(0, cb, CT):
+                jn = j0 + CT + ct
+                nk = tl.load(cand_k + jn, mask=jn < cb, other=0, cache_modifier=".cg")
+                nx = tl.load(cand_i + jn, mask=jn < cb, other=0, cache_modifier=".cg")
+                jv = j0 + ct < cb
+                less = ((jk[None, :] < tk[:, None]) | ((jk[None, :] == tk[:, None]) & (jx[None, :] < tx[:, None])))
+                rank += tl.sum((less & jv[None, :]).to(tl.int32), axis=1)
+                jk = nk
+                jx = nx
+            tl.store(out_row + base + rank, tx, mask=tv & (rank < need))
 
 
 @triton.jit

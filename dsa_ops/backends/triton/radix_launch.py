@@ -38,7 +38,7 @@ CAND_ROW = 2048  # candidate buffer, row mode (cb * cb <= ROW_RANK_BUDGET)
 ROW_RANK_BUDGET = 1 << 21  # one program ranks up to ~1448 candidates (~8K compares a thread)
 ROW_PROGRAMS_PER_SM = 2
 HEAD = 12304 + 2 * PMAX  # histograms, counters, per-program counts (int32 entries)
-SPARSE_MAX = 16384  # later passes use per-key atomics when at most this many keys of the row match
+SPARSE_MAX = 4096  # later passes use per-key atomics when at most this many keys of the row match
 DBITS = 8  # digit width: four passes of 256 bins (4..12 work; see the kernel notes for timings)
 
 
