@@ -230,7 +230,7 @@ def test_pivot_prefill_properties(draws):
 
 def test_radix_plan_split_and_its_off_switch(monkeypatch):
     """On a (faked) 132-SM GPU a single long row is split over at most 32 programs, 64 rows
-    over 4 each; DSA_OPS_TRITON_SPLIT=0 gives one program per row; bad knobs are refused."""
+    over 4 each (8 with launch's many-rows tuning: 4-warp programs, 4 per SM); DSA_OPS_TRITON_SPLIT=0 gives one program per row; bad knobs are refused."""
     from dsa_ops.backends.triton import radix_launch as rl
 
     monkeypatch.setattr(rl, "_num_sms", lambda kind, index: 132)
@@ -239,6 +239,10 @@ def test_radix_plan_split_and_its_off_switch(monkeypatch):
     assert rl.plan(1, 133120, dev).slices == 32
     assert rl.plan(64, 133120, dev).slices == 4
     assert rl.plan(300, 133120, dev).slices == 1
+    for rows, warps, slices in ((1, 8, 32), (15, 8, 17), (16, 4, 32), (64, 4, 8)):  # launch's tuning by rows
+        t = rl.tuning(rows)
+        p = rl.plan(rows, 133120, dev, block=t["block"], num_warps=t["num_warps"], per_sm=t["per_sm"])
+        assert (t["num_warps"], p.slices) == (warps, slices) and rows * p.slices <= 132 * t["per_sm"]
     with pytest.raises(ValueError, match="per_sm"):
         rl.plan(1, 133120, dev, per_sm=3)
     monkeypatch.setenv("DSA_OPS_TRITON_SPLIT", "0")

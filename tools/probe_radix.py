@@ -55,8 +55,8 @@ if "smoke" in SECTIONS:
     assert_decode_equivalent(out, x, lt, K)
     log("smoke ok", radix.plan(2, 133120, x.device))
 
-VARIANTS = [("default", {}), ("sp16K", dict(sparse_max=16384)), ("rb16K", dict(rank_budget=16384)),
-            ("rb4K", dict(rank_budget=4096)), ("rb16K sp16K", dict(rank_budget=16384, sparse_max=16384))]
+VARIANTS = [("default", {}), ("8 warps", dict(num_warps=8, block=2048, min_slice=2048)),
+            ("4 warps", dict(num_warps=4, per_sm=4, block=1024, min_slice=1024))]
 if "check" in SECTIONS:
     n = 0
     t0 = time.time()

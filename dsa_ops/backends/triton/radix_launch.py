@@ -31,13 +31,14 @@ PER_SM = 2  # split-mode programs per multiprocessor (65536 regs >= 2 x 256 thre
 MIN_SLICE = 2048  # columns per program at least (short rows: fewer programs, fewer barriers)
 MAX_ACT = 32  # programs per row at most (more only add barrier arrivals; see the notes)
 RT, CT = 16, 512  # candidate rank tile: RT candidates x CT columns per compare
-RANK_BUDGET = 262144  # early exit when (bin size)^2 <= RANK_BUDGET x programs of the row
+RANK_BUDGET = 4096  # early exit when (bin size)^2 <= RANK_BUDGET x programs of the row (~362 at 32)
 PMAX = 256  # most programs per row (per-program counts of the stable emission)
-CAND_SPLIT = 8192  # candidate buffer, split mode (the rank budget keeps cb <= ~5.9K)
+CAND_SPLIT = 8192  # candidate buffer, split mode (room for rank_budget experiments; the default keeps cb <= 362 at 32 programs)
 CAND_ROW = 2048  # candidate buffer, row mode (cb * cb <= ROW_RANK_BUDGET)
 ROW_RANK_BUDGET = 1 << 21  # one program ranks up to ~1448 candidates (~8K compares a thread)
 ROW_PROGRAMS_PER_SM = 2
 HEAD = 12304 + 2 * PMAX  # histograms, counters, per-program counts (int32 entries)
+MANY_ROWS = 16  # from this many rows up, :func:`tuning` picks smaller, more numerous programs
 SPARSE_MAX = 4096  # later passes use per-key atomics when at most this many keys of the row match
 DBITS = 8  # digit width: four passes of 256 bins (4..12 work; see the kernel notes for timings)
 
@@ -103,6 +104,17 @@ def plan(rows: int, width: int, device: torch.device, slices: int | None = None,
                      rank_budget=ROW_RANK_BUDGET)
 
 
+def tuning(rows: int) -> dict:
+    """Launch shape by batch size (a host int, so graph-safe). Measured on the H200
+    (docs/benchmarks/triton-kernel-notes.md, v3 run 12): from MANY_ROWS rows up, 4-warp
+    programs of 1024-column blocks, 4 per multiprocessor, give each row twice the programs
+    (16 x 128K: 43.6 -> 39.7 us, 64 x 128K: 125.7 -> 110.4 us) and cost nothing at 4K; one
+    row at 128K is faster with 8-warp programs (23.8 vs 27.6 us)."""
+    if rows >= MANY_ROWS:
+        return {"block": 1024, "num_warps": 4, "per_sm": 4, "min_slice": 1024}
+    return {"block": BLOCK, "num_warps": NUM_WARPS, "per_sm": PER_SM, "min_slice": MIN_SLICE}
+
+
 def workspace(device: torch.device, slots: int, stride: int) -> Tensor:
     """int32 (slots, stride) zeros, cached per stream (see ``launch.cached_workspace``)."""
     return cached_workspace(device, ("radix", slots, stride),
@@ -111,8 +123,8 @@ def workspace(device: torch.device, slots: int, stride: int) -> Tensor:
 
 def launch(logits: Tensor, lens: Tensor, starts: Tensor, ends: Tensor, k: int, next_n: int,
            is_prefill: bool, stable: bool, out: Tensor, slices: int | None = None,
-           block: int = BLOCK, num_warps: int = NUM_WARPS, per_sm: int | None = None,
-           min_slice: int = MIN_SLICE, rank_budget: int | None = None, rt: int = RT, ct: int = CT,
+           block: int | None = None, num_warps: int | None = None, per_sm: int | None = None,
+           min_slice: int | None = None, rank_budget: int | None = None, rt: int = RT, ct: int = CT,
            hist_mask: bool | None = None, dbits: int = DBITS, sparse_max: int = SPARSE_MAX) -> None:
     """Fill ``out`` (R, k) int32 with the cooperative radix kernel (keywords: tuning)."""
     from dsa_ops.backends.triton.kernels_radix import radix_kernel
@@ -122,6 +134,11 @@ def launch(logits: Tensor, lens: Tensor, starts: Tensor, ends: Tensor, k: int, n
     rows, width = logits.shape
     if rows == 0:
         return
+    t = tuning(rows)
+    block = t["block"] if block is None else block
+    per_sm = t["per_sm"] if per_sm is None and num_warps is None else per_sm  # (None: PER_SM)
+    num_warps = t["num_warps"] if num_warps is None else num_warps
+    min_slice = t["min_slice"] if min_slice is None else min_slice
     p = plan(rows, width, logits.device, slices, block, num_warps, per_sm)
     ws = workspace(logits.device, p.grid0, p.ws_stride)
     cuda = logits.device.type == "cuda" and torch.version.hip is None
