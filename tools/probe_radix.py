@@ -125,6 +125,8 @@ if "stable" in SECTIONS:
     res["stable"] = st
     save()
 
+PREFILL_VARIANTS = [("default", {}), ("8 warps", dict(num_warps=8, block=2048, min_slice=2048)),
+                    ("sp16K", dict(sparse_max=16384)), ("6-bit", dict(dbits=6))]
 if "prefill" in SECTIONS:
     pre = []
     R = 16384
@@ -135,8 +137,8 @@ if "prefill" in SECTIONS:
         out = torch.empty(R, K, dtype=torch.int32, device="cuda")
         rec = {"C": C}
         for name, fn in [("pivot cap=C/2", lambda: pivot.launch(x, s, s, e, K, 1, True, False, out))] + [
-                (f"radix {d}-bit rows", lambda d=d: radix.launch(x, s, s, e, K, 1, True, False, out, dbits=d))
-                for d in (8, 5, 4)]:
+                (f"radix rows {n}", lambda kw=kw: radix.launch(x, s, s, e, K, 1, True, False, out, **kw))
+                for n, kw in PREFILL_VARIANTS]:
             fn()
             idx = torch.tensor([0, 5000, R - 1], device="cuda")
             assert_prefill_equivalent(out[idx], x[idx], s[idx], e[idx], K)
