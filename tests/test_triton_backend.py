@@ -387,3 +387,18 @@ def test_gpu_prefill_causal_chunk(stable):
     got = dsa_ops.topk_prefill(x, s, e, k, backend="triton", stable=stable)
     idx = _rows(rows, 16).cuda()
     assert_prefill_equivalent(got[idx], x[idx], s[idx], e[idx], k, stable=stable)
+
+
+@pytest.mark.gpu
+@needs_gpu
+@pytest.mark.parametrize("kind", ["randn", "ties", "specials"])
+def test_gpu_prefill_few_rows_split(kind):
+    """A few long prefill windows (offset starts, one shorter than k, one empty): the radix
+    kernel splits each row over many programs, as in decode."""
+    width, k = 133120, 2048
+    x = logits(torch.Generator().manual_seed(5), 4, width, kind).cuda()
+    s = torch.tensor([0, 5000, 100, 70], dtype=torch.int32, device="cuda")
+    e = torch.tensor([width, 90000, 1500, 70], dtype=torch.int32, device="cuda")
+    for stable in (False, True):
+        got = dsa_ops.topk_prefill(x, s, e, k, backend="triton", stable=stable)
+        assert_prefill_equivalent(got, x, s, e, k, stable=stable)

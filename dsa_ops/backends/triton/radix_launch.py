@@ -39,7 +39,8 @@ ROW_RANK_BUDGET = 1 << 21  # one program ranks up to ~1448 candidates (~8K compa
 ROW_PROGRAMS_PER_SM = 2
 HEAD = 12304 + 2 * PMAX  # histograms, counters, per-program counts (int32 entries)
 MANY_ROWS = 16  # from this many rows up, :func:`tuning` picks smaller, more numerous programs
-SPARSE_MAX = 4096  # later passes use per-key atomics when at most this many keys of the row match
+SPARSE_MAX = 4096  # split mode: later passes use per-key atomics when at most this many keys of the row match
+SPARSE_ROW = 16384  # row mode (one program per row): its atomics meet no other program's
 DBITS = 8  # digit width: four passes of 256 bins (4..12 work; see the kernel notes for timings)
 
 
@@ -125,7 +126,7 @@ def launch(logits: Tensor, lens: Tensor, starts: Tensor, ends: Tensor, k: int, n
            is_prefill: bool, stable: bool, out: Tensor, slices: int | None = None,
            block: int | None = None, num_warps: int | None = None, per_sm: int | None = None,
            min_slice: int | None = None, rank_budget: int | None = None, rt: int = RT, ct: int = CT,
-           hist_mask: bool | None = None, dbits: int = DBITS, sparse_max: int = SPARSE_MAX) -> None:
+           hist_mask: bool | None = None, dbits: int = DBITS, sparse_max: int | None = None) -> None:
     """Fill ``out`` (R, k) int32 with the cooperative radix kernel (keywords: tuning)."""
     from dsa_ops.backends.triton.kernels_radix import radix_kernel
 
@@ -140,6 +141,8 @@ def launch(logits: Tensor, lens: Tensor, starts: Tensor, ends: Tensor, k: int, n
     num_warps = t["num_warps"] if num_warps is None else num_warps
     min_slice = t["min_slice"] if min_slice is None else min_slice
     p = plan(rows, width, logits.device, slices, block, num_warps, per_sm)
+    if sparse_max is None:
+        sparse_max = SPARSE_MAX if p.slices > 1 else SPARSE_ROW
     ws = workspace(logits.device, p.grid0, p.ws_stride)
     cuda = logits.device.type == "cuda" and torch.version.hip is None
     radix_kernel[(p.grid0, p.slices)](
