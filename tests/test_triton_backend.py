@@ -121,7 +121,8 @@ def test_launch_modes(gen, slices, cap, kind):
 @interp
 @pytest.mark.parametrize("budget, hist_mask, dbits, sparse", [
     (0, True, 12, 0), (1 << 18, True, 12, 0), (1 << 40, True, 12, 0), (0, False, 12, 0), (0, True, 8, 0),
-    (1 << 18, False, 8, 0), (0, True, 8, 1 << 30), (1 << 18, True, 8, 1 << 30), (0, True, 5, 1 << 30)])
+    (1 << 18, False, 8, 0), (0, True, 8, 1 << 30), (1 << 18, True, 8, 1 << 30), (0, True, 5, 1 << 30),
+    (0, True, 8, -(1 << 30))])
 @pytest.mark.parametrize("kind", ["randn", "ties", "specials"])
 def test_radix_paths(gen, budget, hist_mask, dbits, kind, sparse):
     """The radix kernel's exits: four full passes (budget 0), the candidate rank after an
@@ -137,7 +138,7 @@ def test_radix_paths(gen, budget, hist_mask, dbits, kind, sparse):
     for stable in (False, True):
         out = poisoned_out(3, k)
         radix_launch.launch(x, lt, lt, lt, k, 1, False, stable, out, rank_budget=budget, block=1024,
-                            hist_mask=hist_mask, dbits=dbits, sparse_max=sparse)
+                            hist_mask=hist_mask, dbits=dbits, sparse_max=abs(sparse), fuse=sparse >= 0)
         assert_decode_equivalent(out, x, lt, k, stable=stable)
 
 
@@ -157,6 +158,30 @@ def test_radix_bin_equals_kth(gen):
         radix_launch.launch(x, lt, lt, lt, k, 1, False, stable, out)
         assert_decode_equivalent(out, x, lt, k, stable=stable)
         assert set(out[0].tolist()) == set(top.tolist())
+
+
+@interp
+@pytest.mark.parametrize("budget", [0, 4096, None])
+@pytest.mark.parametrize("fuse", [True, False])
+def test_radix_gathered_bin(gen, budget, fuse):
+    """Pass 1's bin holds ~500 keys around the k-th (one exponent): too many to rank at
+    budget 4096, few enough to gather. With fuse the next read writes the winners and
+    gathers the bin into the buffer, and every later pass, the rank (budget 4096) or the
+    take-whole (budget 0) works on the gathered keys; without fuse the row is re-read."""
+    from dsa_ops.backends.triton import radix_launch
+
+    k, width = 200, 5000
+    x = -torch.rand(3, width, generator=gen)
+    for r, n in enumerate((500, 900, 260)):
+        cols = torch.randperm(width, generator=gen)[:n]
+        x[r, cols] = 64.0 + 63.0 * torch.rand(n, generator=gen)  # one exponent: one top digit
+    x[2, :40] = x[2, 40:80]  # ties inside the bin
+    lt = torch.tensor([width, width, 4321], dtype=torch.int32)
+    for stable in (False, True):
+        out = poisoned_out(3, k)
+        radix_launch.launch(x, lt, lt, lt, k, 1, False, stable, out, rank_budget=budget, sparse_max=1 << 30,
+                            fuse=fuse)
+        assert_decode_equivalent(out, x, lt, k, stable=stable)
 
 
 @interp
@@ -194,7 +219,7 @@ def test_radix_properties(draws):
     k = draws.draw(st.integers(1, max(1, x.shape[1] // 2)))  # mostly L > k: the selection paths
     knobs = dict(block=draws.draw(st.sampled_from([16, 64, 1024])), dbits=draws.draw(st.sampled_from([4, 5, 8])),
                  rank_budget=draws.draw(st.sampled_from([0, None, 1 << 40])),
-                 sparse_max=draws.draw(st.sampled_from([0, 64, 1 << 30])))
+                 sparse_max=draws.draw(st.sampled_from([0, 64, 1 << 30])), fuse=draws.draw(st.booleans()))
     flat = lengths.reshape(-1)
     nn = 1 if flat.numel() == x.shape[0] else next_n
     for stable in (False, True):

@@ -55,8 +55,8 @@ if "smoke" in SECTIONS:
     assert_decode_equivalent(out, x, lt, K)
     log("smoke ok", radix.plan(2, 133120, x.device))
 
-VARIANTS = [("default", {}), ("8 warps", dict(num_warps=8, block=2048, min_slice=2048)),
-            ("4 warps", dict(num_warps=4, per_sm=4, block=1024, min_slice=1024))]
+VARIANTS = [("default", {}), ("no fuse", dict(fuse=False)), ("no acq", dict(acquire_polls=False)),
+            ("neither", dict(fuse=False, acquire_polls=False))]
 if "check" in SECTIONS:
     n = 0
     t0 = time.time()
@@ -125,8 +125,7 @@ if "stable" in SECTIONS:
     res["stable"] = st
     save()
 
-PREFILL_VARIANTS = [("default", {}), ("8 warps", dict(num_warps=8, block=2048, min_slice=2048)),
-                    ("sp16K", dict(sparse_max=16384)), ("6-bit", dict(dbits=6))]
+PREFILL_VARIANTS = [("default", {}), ("no fuse, no acq", dict(fuse=False, acquire_polls=False))]
 if "prefill" in SECTIONS:
     pre = []
     R = 16384

@@ -44,13 +44,29 @@ PCNT = tl.constexpr(12304)
 
 
 @triton.jit
-def _barrier(ctr, target):
-    """Row barrier: arrive, then spin until ``target`` arrivals (cumulative per launch)."""
+def _ld_acquire(ptr):
+    """One int32 load with acquire semantics at GPU scope (PTX; CUDA only)."""
+    return tl.inline_asm_elementwise("ld.global.acquire.gpu.b32 $0, [$1];", "=r,l", [ptr], dtype=tl.int32,
+                                     is_pure=False, pack=1)
+
+
+@triton.jit
+def _barrier(ctr, target, ACQ: tl.constexpr):
+    """Row barrier: arrive, then spin until ``target`` arrivals (cumulative per launch).
+
+    ACQ (CUDA): the arrival is an acq_rel atomic and the polls are acquire loads, so
+    leaving takes no extra round trip. Otherwise (ROCm, interpreter): relaxed polling
+    loads, then one acquire atomic."""
     tl.debug_barrier()  # every thread's writes of this program precede the arrival
-    seen = tl.atomic_add(ctr, 1, sem="release") + 1
-    while seen < target:  # poll with plain L2 loads: RMW polling would queue behind arrivals
-        seen = tl.load(ctr, volatile=True)
-    seen = tl.atomic_add(ctr, 0, sem="acquire")  # acquire: the others' writes are visible
+    if ACQ:
+        seen = tl.atomic_add(ctr, 1, sem="acq_rel") + 1
+        while seen < target:
+            seen = _ld_acquire(ctr)
+    else:
+        seen = tl.atomic_add(ctr, 1, sem="release") + 1
+        while seen < target:  # poll with plain L2 loads: RMW polling would queue behind arrivals
+            seen = tl.load(ctr, volatile=True)
+        seen = tl.atomic_add(ctr, 0, sem="acquire")  # acquire: the others' writes are visible
     tl.debug_barrier()
 
 
@@ -119,9 +135,10 @@ def _choose(hh, need):
 
 @triton.jit
 def _emit_pass(row, lo, hi, s0, pmask, pval, out_row, ctl, k, need, take_all, cand_k, cand_i,
-               BLOCK: tl.constexpr):
+               shift, ghist, count, BLOCK: tl.constexpr, NB: tl.constexpr):
     """Winners (prefix below pval) -> out at atomic slots [0, k - need); keys in the bin ->
-    out at slots [k - need, k) while they last (take_all) or the candidate buffer."""
+    out at slots [k - need, k) while they last (take_all) or the candidate buffer, where
+    (count != 0) each also adds one to its next digit's bin of ``ghist`` (digit at ``shift``)."""
     ar = tl.arange(0, BLOCK)
     s = s0
     x = tl.load(row + lo + BLOCK + ar, mask=lo + BLOCK + ar < hi, other=0.0)
@@ -148,6 +165,50 @@ def _emit_pass(row, lo, hi, s0, pmask, pval, out_row, ctl, k, need, take_all, ca
             else:
                 tl.store(cand_k + pc, s, mask=cand)
                 tl.store(cand_i + pc, o, mask=cand)
+                if count != 0:
+                    tl.atomic_add(ghist + (((s ^ INT_MIN) >> shift) & (NB - 1)), 1, mask=cand, sem="relaxed")
+
+
+@triton.jit
+def _buf_count(cand_k, q0, q1, pmask, pval, shift, ghist, RB: tl.constexpr, NB: tl.constexpr):
+    """Sparse pass over the gathered keys [q0, q1) of the candidate buffer: each key that
+    matches the prefix adds one to its digit's bin of ``ghist``."""
+    r = tl.arange(0, RB)
+    for start in range(q0, q1, RB):
+        o = start + r
+        u = tl.load(cand_k + o, mask=o < q1, other=0, cache_modifier=".cg") ^ INT_MIN
+        m = (o < q1) & ((u & pmask) == pval)
+        tl.atomic_add(ghist + ((u >> shift) & (NB - 1)), 1, mask=m, sem="relaxed")
+
+
+@triton.jit
+def _buf_emit(cand_k, cand_i, q0, q1, pmask, pval, out_row, ctl, k, need, take_all, c2k, c2i,
+              RB: tl.constexpr):
+    """``_emit_pass`` over the gathered keys [q0, q1): winners -> out (slots of ctl[1]); keys
+    in the bin -> out while they last (take_all) or the second buffer (slots of ctl[4])."""
+    r = tl.arange(0, RB)
+    pv = pval ^ INT_MIN
+    for start in range(q0, q1, RB):
+        o = start + r
+        v = o < q1
+        s = tl.load(cand_k + o, mask=v, other=0, cache_modifier=".cg")
+        col = tl.load(cand_i + o, mask=v, other=0, cache_modifier=".cg")
+        mu = ((s ^ INT_MIN) & pmask) ^ INT_MIN
+        win = v & (mu < pv)
+        cand = v & (mu == pv)
+        nw = tl.sum(win.to(tl.int32))
+        nc = tl.sum(cand.to(tl.int32))
+        if nw > 0:
+            bw = tl.atomic_add(ctl + 1, nw, sem="relaxed")
+            tl.store(out_row + bw + tl.cumsum(win.to(tl.int32), axis=0) - 1, col, mask=win)
+        if nc > 0:
+            bc = tl.atomic_add(ctl + 4, nc, sem="relaxed")
+            pc = bc + tl.cumsum(cand.to(tl.int32), axis=0) - 1
+            if take_all != 0:
+                tl.store(out_row + (k - need) + pc, col, mask=cand & (pc < need))
+            else:
+                tl.store(c2k + pc, s, mask=cand)
+                tl.store(c2i + pc, col, mask=cand)
 
 
 @triton.jit
@@ -196,7 +257,7 @@ def _rank_emit(cand_k, cand_i, cb, c0, c1, out_row, base, need, RT: tl.constexpr
 
 @triton.jit
 def _stable_emit(row, lo, hi, tkey, q, out_row, ctl, pcnt, s_idx, n_act, nb,
-                 BLOCK: tl.constexpr, PMAX: tl.constexpr):
+                 BLOCK: tl.constexpr, PMAX: tl.constexpr, ACQ: tl.constexpr):
     """Index-ordered emission of {key < T} + the first q columns with key == T."""
     ar = tl.arange(0, BLOCK)
     nw = tl.zeros([], tl.int32)
@@ -209,7 +270,7 @@ def _stable_emit(row, lo, hi, tkey, q, out_row, ctl, pcnt, s_idx, n_act, nb,
         nt += tl.sum((v & (s == tkey)).to(tl.int32))
     tl.store(pcnt + 2 * s_idx, nw)
     tl.store(pcnt + 2 * s_idx + 1, nt)
-    _barrier(ctl, n_act * (nb + 1))
+    _barrier(ctl, n_act * (nb + 1), ACQ)
     pp = tl.arange(0, PMAX)
     lower = pp < s_idx
     bw = tl.sum(tl.load(pcnt + 2 * pp, mask=lower, other=0, cache_modifier=".cg"))
@@ -230,12 +291,13 @@ def _stable_emit(row, lo, hi, tkey, q, out_row, ctl, pcnt, s_idx, n_act, nb,
 
 
 @triton.jit(do_not_specialize=["stride_r", "R", "W", "k", "next_n", "n_slices", "is_prefill", "stable",
-                               "cand_cap", "ws_stride", "min_slice", "rank_budget", "sparse_max"])
+                               "cand_cap", "ws_stride", "min_slice", "rank_budget", "sparse_max", "fuse"])
 def radix_kernel(logits, stride_r, lens, starts, ends, out, ws,
                  R, W, k, next_n, n_slices, is_prefill, stable, cand_cap, ws_stride, min_slice, rank_budget,
-                 sparse_max,
+                 sparse_max, fuse,
                  BLOCK: tl.constexpr, RT: tl.constexpr, CT: tl.constexpr, PMAX: tl.constexpr,
-                 HMASK: tl.constexpr, DBITS: tl.constexpr, NB: tl.constexpr):
+                 HMASK: tl.constexpr, DBITS: tl.constexpr, NB: tl.constexpr, ACQ: tl.constexpr,
+                 RB: tl.constexpr):
     """Grid (G0, n_slices). n_slices > 1: G0 = R, program (r, s) owns slice s of row r and
     slot r. n_slices = 1: program g loops over rows g, g + G0, ... with slot g."""
     pid0 = tl.program_id(0)
@@ -268,20 +330,40 @@ def radix_kernel(logits, stride_r, lens, starts, ends, out, ws,
                 nb = tl.zeros([], tl.int32)  # barriers passed
                 p = tl.zeros([], tl.int32)
                 go = tl.full([], 1, tl.int32)
+                buf = tl.zeros([], tl.int32)  # 1: the matching keys are gathered in the candidate buffer
+                q0 = tl.zeros([], tl.int32)  # this program's share [q0, q1) of the gathered keys
+                q1 = tl.zeros([], tl.int32)
                 key0 = _skey(tl.load(row + lo + ar, mask=lo + ar < hi, other=0.0))  # first block, kept
                 while go != 0:
                     shift = tl.maximum(32 - DBITS * (p + 1), 0)  # 12-bit: 20, 8, 0 (overlap already fixed)
-                    if (p > 0) & (cb <= sparse_max):  # few keys match: atomics, not tl.histogram
+                    ghist = slot + HIST + NB * p
+                    if buf != 0:  # later passes count the gathered keys only
+                        _buf_count(cand_k, q0, q1, pmask, pval, shift, ghist, RB, NB)
+                        nb += 1
+                        _barrier(ctl, n_act * nb, ACQ)
+                        h = tl.load(ghist + bins, cache_modifier=".cg")
+                    elif (p > 0) & (cb <= sparse_max) & (fuse != 0) & (stable == 0) & (cb <= cand_cap // 2):
+                        # one read: winners -> out, the cb matching keys -> buffer + next digit's counts
+                        _emit_pass(row, lo, hi, key0, pmask, pval, out_row, ctl, k, need, 0, cand_k, cand_i,
+                                   shift, ghist, 1, BLOCK, NB)
+                        buf = tl.full([], 1, tl.int32)
+                        per = tl.cdiv(cb, n_act)
+                        q0 = tl.minimum(s_idx * per, cb)
+                        q1 = tl.minimum(q0 + per, cb)
+                        nb += 1
+                        _barrier(ctl, n_act * nb, ACQ)
+                        h = tl.load(ghist + bins, cache_modifier=".cg")
+                    elif (p > 0) & (cb <= sparse_max):  # few keys match: atomics, not tl.histogram
                         _atomic_pass(row, lo, hi, key0, pmask, pval, shift, slot + HIST + NB * p, BLOCK, NB)
                         nb += 1
-                        _barrier(ctl, n_act * nb)  # also orders the atomics before the read (row mode)
+                        _barrier(ctl, n_act * nb, ACQ)  # also orders the atomics before the read (row mode)
                         h = tl.load(slot + HIST + NB * p + bins, cache_modifier=".cg")
                     else:
                         h = _hist_pass(row, lo, hi, key0, pmask, pval, shift, BLOCK, NB, HMASK)
                         if n_act > 1:
                             tl.atomic_add(slot + HIST + NB * p + bins, h, mask=h != 0, sem="relaxed")
                             nb += 1
-                            _barrier(ctl, n_act * nb)
+                            _barrier(ctl, n_act * nb, ACQ)
                             h = tl.load(slot + HIST + NB * p + bins, cache_modifier=".cg")
                     b, below, cb = _choose(h, need)
                     need -= below
@@ -294,18 +376,25 @@ def radix_kernel(logits, stride_r, lens, starts, ends, out, ws,
                 if stable != 0:
                     # all passes ran: pval is the k-th key (as u); keep `need` of its ties
                     _stable_emit(row, lo, hi, pval ^ INT_MIN, need, out_row, ctl, pcnt, s_idx, n_act, nb,
-                                 BLOCK, PMAX)
+                                 BLOCK, PMAX, ACQ)
                     nb += 1
                 else:
                     take_all = ((p == npass) | (cb == need)).to(tl.int32)
-                    _emit_pass(row, lo, hi, key0, pmask, pval, out_row, ctl, k, need, take_all, cand_k, cand_i, BLOCK)
+                    rk = cand_k  # where the bin's keys end up for the rank
+                    ri = cand_i
+                    if buf != 0:
+                        rk = cand_k + cand_cap // 2
+                        ri = cand_i + cand_cap // 2
+                        _buf_emit(cand_k, cand_i, q0, q1, pmask, pval, out_row, ctl, k, need, take_all, rk, ri, RB)
+                    else:
+                        _emit_pass(row, lo, hi, key0, pmask, pval, out_row, ctl, k, need, take_all, cand_k, cand_i,
+                                   0, ctl, 0, BLOCK, NB)
                     if take_all == 0:
                         nb += 1
-                        _barrier(ctl, n_act * nb)
+                        _barrier(ctl, n_act * nb, ACQ)
                         per = tl.cdiv(cb, n_act)
                         c0 = s_idx * per
-                        _rank_emit(cand_k, cand_i, cb, c0, tl.minimum(c0 + per, cb), out_row, k - need, need,
-                                   RT, CT)
+                        _rank_emit(rk, ri, cb, c0, tl.minimum(c0 + per, cb), out_row, k - need, need, RT, CT)
                 # the last program of the row to finish restores the zeros
                 tl.debug_barrier()
                 done = tl.atomic_add(ctl + 3, 1, sem="acq_rel")

@@ -30,6 +30,7 @@ MAXNREG = 128  # CUDA: caps registers so that PER_SM programs are always co-resi
 PER_SM = 2  # split-mode programs per multiprocessor (65536 regs >= 2 x 256 threads x 128)
 MIN_SLICE = 2048  # columns per program at least (short rows: fewer programs, fewer barriers)
 MAX_ACT = 32  # programs per row at most (more only add barrier arrivals; see the notes)
+RB = 512  # keys per iteration over the gathered candidates
 RT, CT = 16, 512  # candidate rank tile: RT candidates x CT columns per compare
 RANK_BUDGET = 4096  # early exit when (bin size)^2 <= RANK_BUDGET x programs of the row (~362 at 32)
 PMAX = 256  # most programs per row (per-program counts of the stable emission)
@@ -126,7 +127,8 @@ def launch(logits: Tensor, lens: Tensor, starts: Tensor, ends: Tensor, k: int, n
            is_prefill: bool, stable: bool, out: Tensor, slices: int | None = None,
            block: int | None = None, num_warps: int | None = None, per_sm: int | None = None,
            min_slice: int | None = None, rank_budget: int | None = None, rt: int = RT, ct: int = CT,
-           hist_mask: bool | None = None, dbits: int = DBITS, sparse_max: int | None = None) -> None:
+           hist_mask: bool | None = None, dbits: int = DBITS, sparse_max: int | None = None,
+           acquire_polls: bool | None = None, fuse: bool = True) -> None:
     """Fill ``out`` (R, k) int32 with the cooperative radix kernel (keywords: tuning)."""
     from dsa_ops.backends.triton.kernels_radix import radix_kernel
 
@@ -148,7 +150,8 @@ def launch(logits: Tensor, lens: Tensor, starts: Tensor, ends: Tensor, k: int, n
     radix_kernel[(p.grid0, p.slices)](
         logits, logits.stride(0), lens, starts, ends, out, ws,
         rows, width, k, next_n, p.slices, int(is_prefill), int(stable), p.cand_cap, ws.stride(0), min_slice,
-        p.rank_budget if rank_budget is None else rank_budget, sparse_max,
+        p.rank_budget if rank_budget is None else rank_budget, sparse_max, int(fuse),
         BLOCK=block, RT=rt, CT=ct, PMAX=PMAX, HMASK=_hist_mask() if hist_mask is None else hist_mask,
-        DBITS=dbits, NB=1 << dbits, num_warps=num_warps, **({"maxnreg": MAXNREG} if cuda else {}),
+        DBITS=dbits, NB=1 << dbits, ACQ=cuda if acquire_polls is None else acquire_polls, RB=RB, num_warps=num_warps,
+        **({"maxnreg": MAXNREG} if cuda else {}),
     )
