@@ -342,8 +342,10 @@ def radix_kernel(logits, stride_r, lens, starts, ends, out, ws,
                         nb += 1
                         _barrier(ctl, n_act * nb, ACQ)
                         h = tl.load(ghist + bins, cache_modifier=".cg")
-                    elif (p > 0) & (cb <= sparse_max) & (fuse != 0) & (stable == 0) & (cb <= cand_cap // 2):
+                    elif ((p > 0) & (cb <= sparse_max) & (fuse != 0) & (stable == 0) & (cb <= cand_cap // 2)
+                          & (sl > BLOCK)):
                         # one read: winners -> out, the cb matching keys -> buffer + next digit's counts
+                        # (slices of one block keep their keys in registers: re-reading them is free)
                         _emit_pass(row, lo, hi, key0, pmask, pval, out_row, ctl, k, need, 0, cand_k, cand_i,
                                    shift, ghist, 1, BLOCK, NB)
                         buf = tl.full([], 1, tl.int32)
