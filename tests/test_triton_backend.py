@@ -255,7 +255,8 @@ def test_pivot_prefill_properties(draws):
 
 def test_radix_plan_split_and_its_off_switch(monkeypatch):
     """On a (faked) 132-SM GPU a single long row is split over at most 32 programs, 64 rows
-    over 4 each (8 with launch's many-rows tuning: 4-warp programs, 4 per SM); DSA_OPS_TRITON_SPLIT=0 gives one program per row; bad knobs are refused."""
+    over 4 each (8 with launch's many-rows tuning: 4-warp programs, 4 per SM);
+    DSA_OPS_TRITON_SPLIT=0 gives one program per row; bad knobs are refused."""
     from dsa_ops.backends.triton import radix_launch as rl
 
     monkeypatch.setattr(rl, "_num_sms", lambda kind, index: 132)

@@ -55,8 +55,7 @@ if "smoke" in SECTIONS:
     assert_decode_equivalent(out, x, lt, K)
     log("smoke ok", radix.plan(2, 133120, x.device))
 
-VARIANTS = [("default", {}), ("no fuse", dict(fuse=False)), ("no acq", dict(acquire_polls=False)),
-            ("neither", dict(fuse=False, acquire_polls=False))]
+VARIANTS = [("default", {}), ("no fuse", dict(fuse=False)), ("dense", dict(sparse_max=0))]
 if "check" in SECTIONS:
     n = 0
     t0 = time.time()
@@ -125,7 +124,7 @@ if "stable" in SECTIONS:
     res["stable"] = st
     save()
 
-PREFILL_VARIANTS = [("default", {}), ("no fuse, no acq", dict(fuse=False, acquire_polls=False))]
+PREFILL_VARIANTS = [("default", {}), ("no fuse", dict(fuse=False))]
 if "prefill" in SECTIONS:
     pre = []
     R = 16384

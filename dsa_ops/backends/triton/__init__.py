@@ -1,9 +1,10 @@
 """Backend ``triton``: our own top-k kernels in Triton (decode and prefill).
 
-Decode: a cooperative radix select (``kernels_radix.py``): a few long rows are split over
-co-resident programs that agree on the k-th key digit by digit through row barriers; many
-rows get one program each. Prefill (many rows): the sample-pivot kernel (``kernels.py``),
-one read of each row into winners / a mid buffer, the last program of a row resolves.
+Decode and non-stable prefill: a radix select (``kernels_radix.py``): a few long rows are
+split over co-resident programs that agree on the k-th key digit by digit through row
+barriers; many rows (prefill chunks) get one program each. Stable prefill: the
+sample-pivot kernel (``kernels.py``), one read of each row into winners / a mid buffer,
+the last program of a row resolves.
 Both are exact per contract §1.1; ``stable=True`` gives the reference's bytes. Cost follows
 the live length L: every loop is bounded by the device length, never by the width W.
 
@@ -73,5 +74,6 @@ BACKEND = Backend(
     available=_available,
     supports=_supports,
     version=lambda: module_version("triton"),
-    description="Triton radix select (decode) and sample-pivot select (prefill); cost follows the live length",
+    description=("Triton radix select (decode, prefill) and sample-pivot select (stable prefill); "
+                 "cost follows the live length"),
 )

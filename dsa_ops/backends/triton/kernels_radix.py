@@ -5,20 +5,28 @@ blocks, in index order). Order keys (contract §1.1) as signed int32, smaller = 
 radix works on ``u = skey ^ INT_MIN`` whose *unsigned* order is the same.
 
 1. Digit passes of DBITS bits (default 8: four passes of 256 bins), most significant
-   first. Each program histograms the digit of its keys that match the prefix chosen so
-   far (``tl.histogram``); with more than one program per row it adds its histogram to the
-   row's global one (one masked vector atomic) and waits at a row barrier. Every program
-   then reads the same histogram and picks the same bin: the first whose running count
-   reaches ``need`` (how many of the k are still to be found). A slice of one block stays
-   in registers across the passes; longer slices re-read (L2) with a one-block prefetch.
-2. Early exit (non-stable only): once the chosen bin holds ``cb`` keys with
+   first. The first pass (and any pass where more than ``sparse_max`` keys of the row still
+   match the prefix) histograms each program's keys with ``tl.histogram``; with more than
+   one program per row the program adds its histogram to the row's global one (one masked
+   vector atomic) and waits at a row barrier. Later passes are sparse: each key that still
+   matches adds one to its bin of the row's global histogram (a relaxed atomic), since on
+   Triton 3.6 ``tl.histogram`` costs the same ballots for every key, matching or not.
+   Every program then reads the same histogram and picks the same bin: the first whose
+   running count reaches ``need`` (how many of the k are still to be found). A slice of
+   one block stays in registers across the passes; longer slices re-read (L2) with a
+   one-block prefetch.
+2. Gather (``fuse``, non-stable, slices longer than one block, at most ``cand_cap / 2``
+   matching keys): the sparse pass's read also writes the definite winners (prefix below
+   the bin) to ``out`` and the matching keys to the candidate buffer; later passes, the
+   rank and the take-whole then read only the gathered keys, each program its share.
+3. Early exit (non-stable only): once the chosen bin holds ``cb`` keys with
    ``cb * cb <= rank_budget * n_act`` (and cb <= the candidate buffer), one more read
-   writes the definite winners (prefix below the bin) to ``out`` and the bin's keys to a
-   candidate buffer; after a barrier the programs split the candidates and rank each one
-   exactly against all of them ((key, column) order); rank < need goes to
+   (of the row, or of the gathered keys) writes the definite winners to ``out`` and the
+   bin's keys to a candidate buffer; after a barrier the programs split the candidates and
+   rank each one exactly against all of them ((key, column) order); rank < need goes to
    ``out[k - need + rank]``. After the last pass (or when the bin is taken whole) the
    bin's keys are taken directly, first come first served (ties: any conforming choice).
-3. ``stable=True``: all passes give the exact k-th key T and how many ties q to keep; each
+4. ``stable=True``: all passes give the exact k-th key T and how many ties q to keep; each
    program counts its winners / ties, a barrier shares the counts, and one read in index
    order emits the reference's bytes (ties: smallest columns; ascending columns).
 
@@ -28,7 +36,8 @@ so that they all fit (all co-resident), and a single program per row otherwise (
 barrier never waits). The program that finishes a row last restores the row's histograms
 and counters to zero, so replays need no memset. Workspace per slot (int32):
 [0, 12288) histograms (passes x bins), [12288, 12304) counters, then 2 x PMAX
-per-program counts (stable), then the candidate keys and columns.
+per-program counts (stable), then the candidate keys and columns (after a gather, the
+bin's keys for the rank go to the second half of each).
 """
 
 from __future__ import annotations
@@ -44,29 +53,15 @@ PCNT = tl.constexpr(12304)
 
 
 @triton.jit
-def _ld_acquire(ptr):
-    """One int32 load with acquire semantics at GPU scope (PTX; CUDA only)."""
-    return tl.inline_asm_elementwise("ld.global.acquire.gpu.b32 $0, [$1];", "=r,l", [ptr], dtype=tl.int32,
-                                     is_pure=False, pack=1)
-
-
-@triton.jit
-def _barrier(ctr, target, ACQ: tl.constexpr):
+def _barrier(ctr, target):
     """Row barrier: arrive, then spin until ``target`` arrivals (cumulative per launch).
-
-    ACQ (CUDA): the arrival is an acq_rel atomic and the polls are acquire loads, so
-    leaving takes no extra round trip. Otherwise (ROCm, interpreter): relaxed polling
-    loads, then one acquire atomic."""
+    (Acquire loads as polls, which save the final acquire atomic, measured no faster on the
+    H200: the wait is for the slowest program, not the way out; notes, run 15.)"""
     tl.debug_barrier()  # every thread's writes of this program precede the arrival
-    if ACQ:
-        seen = tl.atomic_add(ctr, 1, sem="acq_rel") + 1
-        while seen < target:
-            seen = _ld_acquire(ctr)
-    else:
-        seen = tl.atomic_add(ctr, 1, sem="release") + 1
-        while seen < target:  # poll with plain L2 loads: RMW polling would queue behind arrivals
-            seen = tl.load(ctr, volatile=True)
-        seen = tl.atomic_add(ctr, 0, sem="acquire")  # acquire: the others' writes are visible
+    seen = tl.atomic_add(ctr, 1, sem="release") + 1
+    while seen < target:  # poll with plain L2 loads: RMW polling would queue behind arrivals
+        seen = tl.load(ctr, volatile=True)
+    seen = tl.atomic_add(ctr, 0, sem="acquire")  # acquire: the others' writes are visible
     tl.debug_barrier()
 
 
@@ -257,7 +252,7 @@ def _rank_emit(cand_k, cand_i, cb, c0, c1, out_row, base, need, RT: tl.constexpr
 
 @triton.jit
 def _stable_emit(row, lo, hi, tkey, q, out_row, ctl, pcnt, s_idx, n_act, nb,
-                 BLOCK: tl.constexpr, PMAX: tl.constexpr, ACQ: tl.constexpr):
+                 BLOCK: tl.constexpr, PMAX: tl.constexpr):
     """Index-ordered emission of {key < T} + the first q columns with key == T."""
     ar = tl.arange(0, BLOCK)
     nw = tl.zeros([], tl.int32)
@@ -270,7 +265,7 @@ def _stable_emit(row, lo, hi, tkey, q, out_row, ctl, pcnt, s_idx, n_act, nb,
         nt += tl.sum((v & (s == tkey)).to(tl.int32))
     tl.store(pcnt + 2 * s_idx, nw)
     tl.store(pcnt + 2 * s_idx + 1, nt)
-    _barrier(ctl, n_act * (nb + 1), ACQ)
+    _barrier(ctl, n_act * (nb + 1))
     pp = tl.arange(0, PMAX)
     lower = pp < s_idx
     bw = tl.sum(tl.load(pcnt + 2 * pp, mask=lower, other=0, cache_modifier=".cg"))
@@ -296,8 +291,7 @@ def radix_kernel(logits, stride_r, lens, starts, ends, out, ws,
                  R, W, k, next_n, n_slices, is_prefill, stable, cand_cap, ws_stride, min_slice, rank_budget,
                  sparse_max, fuse,
                  BLOCK: tl.constexpr, RT: tl.constexpr, CT: tl.constexpr, PMAX: tl.constexpr,
-                 HMASK: tl.constexpr, DBITS: tl.constexpr, NB: tl.constexpr, ACQ: tl.constexpr,
-                 RB: tl.constexpr):
+                 HMASK: tl.constexpr, DBITS: tl.constexpr, NB: tl.constexpr, RB: tl.constexpr):
     """Grid (G0, n_slices). n_slices > 1: G0 = R, program (r, s) owns slice s of row r and
     slot r. n_slices = 1: program g loops over rows g, g + G0, ... with slot g."""
     pid0 = tl.program_id(0)
@@ -340,7 +334,7 @@ def radix_kernel(logits, stride_r, lens, starts, ends, out, ws,
                     if buf != 0:  # later passes count the gathered keys only
                         _buf_count(cand_k, q0, q1, pmask, pval, shift, ghist, RB, NB)
                         nb += 1
-                        _barrier(ctl, n_act * nb, ACQ)
+                        _barrier(ctl, n_act * nb)
                         h = tl.load(ghist + bins, cache_modifier=".cg")
                     elif ((p > 0) & (cb <= sparse_max) & (fuse != 0) & (stable == 0) & (cb <= cand_cap // 2)
                           & (sl > BLOCK)):
@@ -353,19 +347,19 @@ def radix_kernel(logits, stride_r, lens, starts, ends, out, ws,
                         q0 = tl.minimum(s_idx * per, cb)
                         q1 = tl.minimum(q0 + per, cb)
                         nb += 1
-                        _barrier(ctl, n_act * nb, ACQ)
+                        _barrier(ctl, n_act * nb)
                         h = tl.load(ghist + bins, cache_modifier=".cg")
                     elif (p > 0) & (cb <= sparse_max):  # few keys match: atomics, not tl.histogram
                         _atomic_pass(row, lo, hi, key0, pmask, pval, shift, slot + HIST + NB * p, BLOCK, NB)
                         nb += 1
-                        _barrier(ctl, n_act * nb, ACQ)  # also orders the atomics before the read (row mode)
+                        _barrier(ctl, n_act * nb)  # also orders the atomics before the read (row mode)
                         h = tl.load(slot + HIST + NB * p + bins, cache_modifier=".cg")
                     else:
                         h = _hist_pass(row, lo, hi, key0, pmask, pval, shift, BLOCK, NB, HMASK)
                         if n_act > 1:
                             tl.atomic_add(slot + HIST + NB * p + bins, h, mask=h != 0, sem="relaxed")
                             nb += 1
-                            _barrier(ctl, n_act * nb, ACQ)
+                            _barrier(ctl, n_act * nb)
                             h = tl.load(slot + HIST + NB * p + bins, cache_modifier=".cg")
                     b, below, cb = _choose(h, need)
                     need -= below
@@ -378,7 +372,7 @@ def radix_kernel(logits, stride_r, lens, starts, ends, out, ws,
                 if stable != 0:
                     # all passes ran: pval is the k-th key (as u); keep `need` of its ties
                     _stable_emit(row, lo, hi, pval ^ INT_MIN, need, out_row, ctl, pcnt, s_idx, n_act, nb,
-                                 BLOCK, PMAX, ACQ)
+                                 BLOCK, PMAX)
                     nb += 1
                 else:
                     take_all = ((p == npass) | (cb == need)).to(tl.int32)
@@ -393,7 +387,7 @@ def radix_kernel(logits, stride_r, lens, starts, ends, out, ws,
                                    0, ctl, 0, BLOCK, NB)
                     if take_all == 0:
                         nb += 1
-                        _barrier(ctl, n_act * nb, ACQ)
+                        _barrier(ctl, n_act * nb)
                         per = tl.cdiv(cb, n_act)
                         c0 = s_idx * per
                         _rank_emit(rk, ri, cb, c0, tl.minimum(c0 + per, cb), out_row, k - need, need, RT, CT)

@@ -34,7 +34,7 @@ RB = 512  # keys per iteration over the gathered candidates
 RT, CT = 16, 512  # candidate rank tile: RT candidates x CT columns per compare
 RANK_BUDGET = 4096  # early exit when (bin size)^2 <= RANK_BUDGET x programs of the row (~362 at 32)
 PMAX = 256  # most programs per row (per-program counts of the stable emission)
-CAND_SPLIT = 8192  # candidate buffer, split mode (room for rank_budget experiments; the default keeps cb <= 362 at 32 programs)
+CAND_SPLIT = 8192  # candidate buffer, split mode: gathers of up to 4096 keys + the rank's half
 CAND_ROW = 2048  # candidate buffer, row mode (cb * cb <= ROW_RANK_BUDGET)
 ROW_RANK_BUDGET = 1 << 21  # one program ranks up to ~1448 candidates (~8K compares a thread)
 ROW_PROGRAMS_PER_SM = 2
@@ -128,7 +128,7 @@ def launch(logits: Tensor, lens: Tensor, starts: Tensor, ends: Tensor, k: int, n
            block: int | None = None, num_warps: int | None = None, per_sm: int | None = None,
            min_slice: int | None = None, rank_budget: int | None = None, rt: int = RT, ct: int = CT,
            hist_mask: bool | None = None, dbits: int = DBITS, sparse_max: int | None = None,
-           acquire_polls: bool | None = None, fuse: bool = True) -> None:
+           fuse: bool = True) -> None:
     """Fill ``out`` (R, k) int32 with the cooperative radix kernel (keywords: tuning)."""
     from dsa_ops.backends.triton.kernels_radix import radix_kernel
 
@@ -152,6 +152,6 @@ def launch(logits: Tensor, lens: Tensor, starts: Tensor, ends: Tensor, k: int, n
         rows, width, k, next_n, p.slices, int(is_prefill), int(stable), p.cand_cap, ws.stride(0), min_slice,
         p.rank_budget if rank_budget is None else rank_budget, sparse_max, int(fuse),
         BLOCK=block, RT=rt, CT=ct, PMAX=PMAX, HMASK=_hist_mask() if hist_mask is None else hist_mask,
-        DBITS=dbits, NB=1 << dbits, ACQ=cuda if acquire_polls is None else acquire_polls, RB=RB, num_warps=num_warps,
+        DBITS=dbits, NB=1 << dbits, RB=RB, num_warps=num_warps,
         **({"maxnreg": MAXNREG} if cuda else {}),
     )
