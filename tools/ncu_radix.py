@@ -21,4 +21,6 @@ out = torch.empty(rows, 2048, dtype=torch.int32, device="cuda")
 for _ in range(3):
     radix.launch(x, lt, lt, lt, 2048, 1, False, False, out, **kw)
 torch.cuda.synchronize()
-print("plan", radix.plan(rows, width, x.device), kw)
+t = {**radix.tuning(rows), **{k: v for k, v in kw.items() if k in ("block", "num_warps", "per_sm")}}
+print("tuning", t, "plan", radix.plan(rows, width, x.device, block=t["block"], num_warps=t["num_warps"],
+                                      per_sm=t["per_sm"]), kw)
