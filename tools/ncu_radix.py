@@ -22,5 +22,7 @@ for _ in range(3):
     radix.launch(x, lt, lt, lt, 2048, 1, False, False, out, **kw)
 torch.cuda.synchronize()
 t = {**radix.tuning(rows), **{k: v for k, v in kw.items() if k in ("block", "num_warps", "per_sm")}}
+if "num_warps" in kw and "per_sm" not in kw:
+    t["per_sm"] = None  # as launch: the default for that warp count
 print("tuning", t, "plan", radix.plan(rows, width, x.device, block=t["block"], num_warps=t["num_warps"],
                                       per_sm=t["per_sm"]), kw)
