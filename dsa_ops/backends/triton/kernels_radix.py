@@ -45,7 +45,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from dsa_ops.backends.triton.kernels_select import INT_MIN, _row_window, _skey, _trivial
+from dsa_ops.backends.triton.kernels_select import INT_MIN, _rank_part, _row_window, _skey, _trivial
 
 HIST = tl.constexpr(0)  # up to 3 x 4096 bins (12-bit digits) or 4 x 256 (8-bit)
 CTL = tl.constexpr(12288)  # [0] arrivals, [1] winner slots, [2] taken-bin slots, [3] done
@@ -129,39 +129,47 @@ def _choose(hh, need):
 
 
 @triton.jit
+def _split_block(s, col, v, pmask, pval, out_row, bctr, ctl, k, need, take_all, dk, di):
+    """One block of a split: keys with prefix below pval (winners) -> out at atomic slots
+    of ctl[1]; keys in the bin -> out at slots [k - need, k) of ``bctr`` while they last
+    (take_all) or the buffer (dk, di). Returns the block's bin mask."""
+    mu = ((s ^ INT_MIN) & pmask) ^ INT_MIN  # prefix compared in signed order
+    pv = pval ^ INT_MIN
+    win = v & (mu < pv)
+    cand = v & (mu == pv)
+    nw = tl.sum(win.to(tl.int32))
+    nc = tl.sum(cand.to(tl.int32))
+    if nw > 0:
+        bw = tl.atomic_add(ctl + 1, nw, sem="relaxed")
+        tl.store(out_row + bw + tl.cumsum(win.to(tl.int32), axis=0) - 1, col, mask=win)
+    if nc > 0:
+        bc = tl.atomic_add(bctr, nc, sem="relaxed")
+        pc = bc + tl.cumsum(cand.to(tl.int32), axis=0) - 1
+        if take_all != 0:
+            tl.store(out_row + (k - need) + pc, col, mask=cand & (pc < need))
+        else:
+            tl.store(dk + pc, s, mask=cand)
+            tl.store(di + pc, col, mask=cand)
+    return cand
+
+
+@triton.jit
 def _emit_pass(row, lo, hi, s0, pmask, pval, out_row, ctl, k, need, take_all, cand_k, cand_i,
                shift, ghist, count, BLOCK: tl.constexpr, NB: tl.constexpr):
-    """Winners (prefix below pval) -> out at atomic slots [0, k - need); keys in the bin ->
-    out at slots [k - need, k) while they last (take_all) or the candidate buffer, where
-    (count != 0) each also adds one to its next digit's bin of ``ghist`` (digit at ``shift``)."""
+    """``_split_block`` over the row slice [lo, hi) (bin slots of ctl[2]); where
+    (count != 0, never with take_all) each key of the bin also adds one to its next digit's
+    bin of ``ghist`` (digit at ``shift``)."""
     ar = tl.arange(0, BLOCK)
     s = s0
     x = tl.load(row + lo + BLOCK + ar, mask=lo + BLOCK + ar < hi, other=0.0)
     for start in range(lo, hi, BLOCK):
         o = start + ar
-        v = o < hi
         if start > lo:
             s = _skey(x)
             x = tl.load(row + o + BLOCK, mask=o + BLOCK < hi, other=0.0)
-        mu = ((s ^ INT_MIN) & pmask) ^ INT_MIN  # prefix compared in signed order
-        pv = pval ^ INT_MIN
-        win = v & (mu < pv)
-        cand = v & (mu == pv)
-        nw = tl.sum(win.to(tl.int32))
-        nc = tl.sum(cand.to(tl.int32))
-        if nw > 0:
-            bw = tl.atomic_add(ctl + 1, nw, sem="relaxed")
-            tl.store(out_row + bw + tl.cumsum(win.to(tl.int32), axis=0) - 1, o, mask=win)
-        if nc > 0:
-            bc = tl.atomic_add(ctl + 2, nc, sem="relaxed")
-            pc = bc + tl.cumsum(cand.to(tl.int32), axis=0) - 1
-            if take_all != 0:
-                tl.store(out_row + (k - need) + pc, o, mask=cand & (pc < need))
-            else:
-                tl.store(cand_k + pc, s, mask=cand)
-                tl.store(cand_i + pc, o, mask=cand)
-                if count != 0:
-                    tl.atomic_add(ghist + (((s ^ INT_MIN) >> shift) & (NB - 1)), 1, mask=cand, sem="relaxed")
+        cand = _split_block(s, o, o < hi, pmask, pval, out_row, ctl + 2, ctl, k, need, take_all, cand_k, cand_i)
+        if count != 0:
+            tl.atomic_add(ghist + (((s ^ INT_MIN) >> shift) & (NB - 1)), 1, mask=cand, sem="relaxed")
 
 
 @triton.jit
@@ -179,31 +187,15 @@ def _buf_count(cand_k, q0, q1, pmask, pval, shift, ghist, RB: tl.constexpr, NB: 
 @triton.jit
 def _buf_emit(cand_k, cand_i, q0, q1, pmask, pval, out_row, ctl, k, need, take_all, c2k, c2i,
               RB: tl.constexpr):
-    """``_emit_pass`` over the gathered keys [q0, q1): winners -> out (slots of ctl[1]); keys
-    in the bin -> out while they last (take_all) or the second buffer (slots of ctl[4])."""
+    """``_split_block`` over the gathered keys [q0, q1): the bin's keys get the slots of
+    ctl[4] and go to the second buffer (c2k, c2i) unless taken whole."""
     r = tl.arange(0, RB)
-    pv = pval ^ INT_MIN
     for start in range(q0, q1, RB):
         o = start + r
         v = o < q1
         s = tl.load(cand_k + o, mask=v, other=0, cache_modifier=".cg")
         col = tl.load(cand_i + o, mask=v, other=0, cache_modifier=".cg")
-        mu = ((s ^ INT_MIN) & pmask) ^ INT_MIN
-        win = v & (mu < pv)
-        cand = v & (mu == pv)
-        nw = tl.sum(win.to(tl.int32))
-        nc = tl.sum(cand.to(tl.int32))
-        if nw > 0:
-            bw = tl.atomic_add(ctl + 1, nw, sem="relaxed")
-            tl.store(out_row + bw + tl.cumsum(win.to(tl.int32), axis=0) - 1, col, mask=win)
-        if nc > 0:
-            bc = tl.atomic_add(ctl + 4, nc, sem="relaxed")
-            pc = bc + tl.cumsum(cand.to(tl.int32), axis=0) - 1
-            if take_all != 0:
-                tl.store(out_row + (k - need) + pc, col, mask=cand & (pc < need))
-            else:
-                tl.store(c2k + pc, s, mask=cand)
-                tl.store(c2i + pc, col, mask=cand)
+        _split_block(s, col, v, pmask, pval, out_row, ctl + 4, ctl, k, need, take_all, c2k, c2i)
 
 
 @triton.jit
@@ -224,8 +216,7 @@ def _rank_emit(cand_k, cand_i, cb, c0, c1, out_row, base, need, RT: tl.constexpr
             nv = t0 + RT + rt < c1
             nk = tl.load(cand_k + t0 + RT + rt, mask=nv, other=0, cache_modifier=".cg")
             nx = tl.load(cand_i + t0 + RT + rt, mask=nv, other=0, cache_modifier=".cg")
-            less = ((jk[None, :] < tk[:, None]) | ((jk[None, :] == tk[:, None]) & (jx[None, :] < tx[:, None])))
-            rank = tl.sum((less & jv[None, :]).to(tl.int32), axis=1)
+            rank = _rank_part(tk, tx, jk, jx, jv)
             tl.store(out_row + base + rank, tx, mask=tv & (rank < need))
             tk = nk
             tx = nx
@@ -243,8 +234,7 @@ def _rank_emit(cand_k, cand_i, cb, c0, c1, out_row, base, need, RT: tl.constexpr
                 nk = tl.load(cand_k + jn, mask=jn < cb, other=0, cache_modifier=".cg")
                 nx = tl.load(cand_i + jn, mask=jn < cb, other=0, cache_modifier=".cg")
                 jv = j0 + ct < cb
-                less = ((jk[None, :] < tk[:, None]) | ((jk[None, :] == tk[:, None]) & (jx[None, :] < tx[:, None])))
-                rank += tl.sum((less & jv[None, :]).to(tl.int32), axis=1)
+                rank += _rank_part(tk, tx, jk, jx, jv)
                 jk = nk
                 jx = nx
             tl.store(out_row + base + rank, tx, mask=tv & (rank < need))
