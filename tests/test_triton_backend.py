@@ -125,8 +125,9 @@ def test_launch_modes(gen, slices, cap, kind):
     (0, True, 8, -(1 << 30))])
 @pytest.mark.parametrize("kind", ["randn", "ties", "specials"])
 def test_radix_paths(gen, budget, hist_mask, dbits, kind, sparse):
-    """The radix kernel's exits: four full passes (budget 0), the candidate rank after an
-    early pass (large budget), and the default; every one reaches the exact answer, with
+    """The radix kernel's exits without the bracket (its fallback): four full passes
+    (budget 0), the candidate rank after an early pass (large budget), and the default;
+    every one reaches the exact answer, with
     and without ``tl.histogram``'s mask (older Tritons take the spare-bin form), with
     12-bit (three passes) and 8-bit (four passes) digits, and with every pass after the
     first counted by per-key atomics (sparse) or by ``tl.histogram`` (dense)."""
@@ -138,7 +139,8 @@ def test_radix_paths(gen, budget, hist_mask, dbits, kind, sparse):
     for stable in (False, True):
         out = poisoned_out(3, k)
         radix_launch.launch(x, lt, lt, lt, k, 1, False, stable, out, rank_budget=budget, block=1024,
-                            hist_mask=hist_mask, dbits=dbits, sparse_max=abs(sparse), fuse=sparse >= 0)
+                            hist_mask=hist_mask, dbits=dbits, sparse_max=abs(sparse), fuse=sparse >= 0,
+                            bracket=False)
         assert_decode_equivalent(out, x, lt, k, stable=stable)
 
 
@@ -153,9 +155,9 @@ def test_radix_bin_equals_kth(gen):
     top = torch.randperm(width, generator=gen)[:k]
     x[:, top] = 64.0 + 63.0 * torch.rand(2, k, generator=gen)  # one exponent: one top digit
     lt = torch.tensor([width, width], dtype=torch.int32)
-    for stable in (False, True):
+    for stable, bracket in ((False, False), (False, True), (True, False)):
         out = poisoned_out(2, k)
-        radix_launch.launch(x, lt, lt, lt, k, 1, False, stable, out)
+        radix_launch.launch(x, lt, lt, lt, k, 1, False, stable, out, bracket=bracket)
         assert_decode_equivalent(out, x, lt, k, stable=stable)
         assert set(out[0].tolist()) == set(top.tolist())
 
@@ -180,8 +182,64 @@ def test_radix_gathered_bin(gen, budget, fuse):
     for stable in (False, True):
         out = poisoned_out(3, k)
         radix_launch.launch(x, lt, lt, lt, k, 1, False, stable, out, rank_budget=budget, sparse_max=1 << 30,
-                            fuse=fuse)
+                            fuse=fuse, bracket=False)
         assert_decode_equivalent(out, x, lt, k, stable=stable)
+
+
+def _bracket_rows(gen, width, k, st):
+    """Rows that drive the bracket (``samp`` 256, samples at columns i * st + st // 2) down
+    each of its paths: 1 sampled window (randn), 2 the k-th below the bins' base (k + 40
+    huge values off the sample columns), 3 missed (the samples are the row's best keys, so
+    fewer than k keys reach the window's top), 3 window overflow (80 % of the row ties the best)."""
+    x = torch.randn(4, width, generator=gen)
+    off = torch.ones(width, dtype=torch.bool)
+    off[st // 2::st] = False  # not a sample column
+    cols = torch.nonzero(off).flatten()
+    x[1, cols[torch.randperm(cols.numel(), generator=gen)[:k + 40]]] = 1e30
+    x[2] = -torch.rand(width, generator=gen)
+    x[2, st // 2::st] = 1e3 + torch.rand(width // st + (width % st > st // 2), generator=gen)
+    x[3] = (torch.rand(width, generator=gen) < 0.8).float()  # 80 % tie for the best key
+    return x
+
+
+@interp
+@pytest.mark.parametrize("width, k", [(6000, 512), (5000, 64)])
+def test_radix_bracket_paths(gen, width, k):
+    """Every way out of the bracket, checked by the kernel's path stats, reaches the exact
+    answer; stable rows and rows under 4 x samp columns never take the bracket."""
+    from dsa_ops.backends.triton import radix_launch
+
+    st = width // 256
+    x = _bracket_rows(gen, width, k, st)
+    lt = torch.full((4,), width, dtype=torch.int32)
+    stats = torch.full((4, 2), -1, dtype=torch.int32)
+    out = poisoned_out(4, k)
+    radix_launch.launch(x, lt, lt, lt, k, 1, False, False, out, stats=stats)
+    assert_decode_equivalent(out, x, lt, k)
+    assert stats[:, 0].tolist() == [1, 2, 3, 3], stats
+    assert stats[0, 1] >= k and stats[1, 1] >= k and stats[2, 1] < k and stats[3, 1] >= 1 << 24
+    short = torch.tensor([1023, width, 1500, 2047], dtype=torch.int32)  # rows 1..3: >= 4 x 256
+    for stable in (False, True):
+        stats.fill_(-1)
+        out = poisoned_out(4, k)
+        radix_launch.launch(x, short, short, short, k, 1, False, stable, out, stats=stats)
+        assert_decode_equivalent(out, x, short, k, stable=stable)
+        assert stats[0].tolist() == [-1, -1] and (stats[1:, 0] >= 1).all() != stable, stats
+
+
+@interp
+def test_radix_launch_refuses_bad_knobs():
+    from dsa_ops.backends.triton import radix_launch
+
+    x = torch.randn(2, 3000)
+    lt = torch.full((2,), 3000, dtype=torch.int32)
+    out = poisoned_out(2, 64)
+    for kw, msg in ((dict(samp=300), "samp"), (dict(nbw=100), "nbw"),
+                    (dict(stats=torch.zeros(2, 3, dtype=torch.int32)), "stats"),
+                    (dict(stats=torch.zeros(2, 2, dtype=torch.int64)), "stats")):
+        with pytest.raises(ValueError, match=msg):
+            radix_launch.launch(x, lt, lt, lt, 64, 1, False, False, out, **kw)
+    assert (out == POISON).all()
 
 
 @interp
@@ -210,7 +268,7 @@ def test_radix_properties(draws):
     """Hypothesis cases of tests/test_properties.py (any fp32 bits, ties, sliced rows, every
     length layout) through the radix kernel with random knobs: small blocks (multi-block
     slices), 4..8-bit digits, no / default / unbounded early exit, dense or sparse later
-    passes."""
+    passes, with or without the bracket (rows of at least 4 x samp columns)."""
     from dsa_ops.backends.triton import radix_launch
 
     x, lengths, next_n, k, windows = draws.draw(decode_case(exact=True))
@@ -219,7 +277,8 @@ def test_radix_properties(draws):
     k = draws.draw(st.integers(1, max(1, x.shape[1] // 2)))  # mostly L > k: the selection paths
     knobs = dict(block=draws.draw(st.sampled_from([16, 64, 1024])), dbits=draws.draw(st.sampled_from([4, 5, 8])),
                  rank_budget=draws.draw(st.sampled_from([0, None, 1 << 40])),
-                 sparse_max=draws.draw(st.sampled_from([0, 64, 1 << 30])), fuse=draws.draw(st.booleans()))
+                 sparse_max=draws.draw(st.sampled_from([0, 64, 1 << 30])), fuse=draws.draw(st.booleans()),
+                 bracket=draws.draw(st.booleans()), samp=draws.draw(st.sampled_from([128, 256])))
     flat = lengths.reshape(-1)
     nn = 1 if flat.numel() == x.shape[0] else next_n
     for stable in (False, True):

@@ -1,7 +1,8 @@
 """Device probe for the triton backend's kernels: check against the reference, then time
 variants (graph replay, L2 flushed, median of 30). Writes JSON to argv[1].
 
-Sections (argv[2], comma list): smoke, check, decode, prefill, stable.
+Sections (argv[2], comma list): smoke, check, paths, decode, prefill, stable. ``paths``
+records which way the bracket went per row (kernel stats) on several data distributions.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from dsa_ops.testing import assert_decode_equivalent, assert_prefill_equivalent
 
 K = 2048
 OUT = sys.argv[1]
-SECTIONS = sys.argv[2].split(",") if len(sys.argv) > 2 else ["smoke", "check", "decode", "prefill", "stable"]
+SECTIONS = sys.argv[2].split(",") if len(sys.argv) > 2 else ["smoke", "check", "paths", "decode", "prefill", "stable"]
 res: dict = {"device": torch.cuda.get_device_name(), "torch": torch.__version__}
 
 
@@ -55,7 +56,7 @@ if "smoke" in SECTIONS:
     assert_decode_equivalent(out, x, lt, K)
     log("smoke ok", radix.plan(2, 133120, x.device))
 
-VARIANTS = [("default", {}), ("no fuse", dict(fuse=False)), ("dense", dict(sparse_max=0))]
+VARIANTS = [("default", {}), ("no bracket", dict(bracket=False)), ("scan slots", dict(catom=False))]
 if "check" in SECTIONS:
     n = 0
     t0 = time.time()
@@ -94,7 +95,81 @@ if "check" in SECTIONS:
     log("check ok", res["check"])
     save()
 
-SHAPES = [(133120, 1), (133120, 16), (133120, 64), (1048576, 8)]
+SHAPES = [(133120, 1), (133120, 8), (133120, 16), (133120, 64), (1048576, 8)]
+
+
+def dist(name, rows, width, g):
+    """Row data of a few shapes of distribution (the bracket's sample must place the k-th)."""
+    x = torch.randn(rows, width, generator=g)
+    if name == "uniform":
+        x = torch.rand(rows, width, generator=g)
+    elif name == "lognormal":
+        x = torch.exp(2 * x)
+    elif name == "relu-sum":  # weighted ReLU scores, as the indexer makes them
+        x = torch.relu(x).pow(2) * 3 + torch.relu(torch.randn(rows, width, generator=g))
+    elif name == "bf16":
+        x = x.bfloat16().float()
+    return x.cuda()
+
+
+if "paths" in SECTIONS:
+    pr = []
+    g = torch.Generator().manual_seed(11)
+    for name in ("normal", "uniform", "lognormal", "relu-sum", "bf16"):
+        for width, rows, L in ((133120, 64, 4096), (133120, 64, 32768), (133120, 64, 131072), (1048576, 8, 1048576)):
+            x = dist(name, rows, width, g)
+            lt = lens_for(rows, L, gen)
+            out = torch.full((rows, K), -7, dtype=torch.int32, device="cuda")
+            st = torch.full((rows, 2), -1, dtype=torch.int32, device="cuda")
+            run_radix(x, lt, out, stats=st)
+            assert_decode_equivalent(out, x, lt, K)
+            path = st[:, 0].cpu()
+            pr.append({"dist": name, "W": width, "rows": rows, "L": L,
+                       "paths": {int(v): int((path == v).sum()) for v in path.unique()},
+                       "window_mean": round(float(st[:, 1].float().mean()), 1), "window_max": int(st[:, 1].max())})
+            log(pr[-1])
+    R, C = 4096, 131072
+    x = dist("normal", R, C, g)
+    s = torch.zeros(R, dtype=torch.int32, device="cuda")
+    e = torch.arange(R, dtype=torch.int32, device="cuda") + (C - R + 1)
+    out = torch.empty(R, K, dtype=torch.int32, device="cuda")
+    st = torch.full((R, 2), -1, dtype=torch.int32, device="cuda")
+    radix.launch(x, s, s, e, K, 1, True, False, out, stats=st)
+    path = st[:, 0].cpu()
+    pr.append({"dist": "normal prefill rows", "rows": R, "C": C,
+               "paths": {int(v): int((path == v).sum()) for v in path.unique()},
+               "window_mean": round(float(st[:, 1].float().mean()), 1), "window_max": int(st[:, 1].max())})
+    log(pr[-1])
+    res["paths"] = pr
+    save()
+    del x
+PHASES = ["sample", "bracket read", "barrier", "choose", "passes", "emit", "rank"]
+if "phases" in SECTIONS:  # SM clocks of program (r, 0) between the bracket's phases (median of 15, L2 flushed)
+    from dsa_ops.benchmarking import flush_buffer
+    fb = flush_buffer(torch.device("cuda"))
+    ph = []
+    for width, rows, L in ((133120, 1, 4096), (133120, 1, 131072), (133120, 8, 131072), (133120, 16, 131072),
+                           (133120, 64, 4096), (133120, 64, 131072), (1048576, 8, 131072)):
+        x = torch.randn(rows, width, device="cuda")
+        lt = lens_for(rows, L, gen)
+        out = torch.empty(rows, K, dtype=torch.int32, device="cuda")
+        samples = []
+        for _ in range(15):
+            st = torch.zeros((rows, 10), dtype=torch.int32, device="cuda")
+            fb.fill_(1)
+            run_radix(x, lt, out, stats=st)
+            torch.cuda.synchronize()
+            t = st[:, 2:].long()
+            samples.append(((t[:, 1:] - t[:, :-1]) % (1 << 32)).float())
+        d = torch.stack(samples).median(dim=0).values  # (rows, 7)
+        rec = {"W": width, "rows": rows, "L": L, "cycles row 0": dict(zip(PHASES, d[0].int().tolist())),
+               "cycles max over rows": dict(zip(PHASES, d.max(dim=0).values.int().tolist())),
+               "total row 0": int(d[0].sum())}
+        log(rec)
+        ph.append(rec)
+    res["phases"] = ph
+    save()
+
 if "decode" in SECTIONS:
     rows_out = []
     for width, rows in SHAPES:
@@ -124,7 +199,7 @@ if "stable" in SECTIONS:
     res["stable"] = st
     save()
 
-PREFILL_VARIANTS = [("default", {}), ("no fuse", dict(fuse=False))]
+PREFILL_VARIANTS = [("default", {}), ("no bracket", dict(bracket=False)), ("scan slots", dict(catom=False))]
 if "prefill" in SECTIONS:
     pre = []
     R = 16384

@@ -45,11 +45,12 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from dsa_ops.backends.triton.kernels_select import INT_MIN, _rank_part, _row_window, _skey, _trivial
+from dsa_ops.backends.triton.kernels_select import INT_MAX, INT_MIN, _rank_part, _row_window, _skey, _trivial, _window
 
 HIST = tl.constexpr(0)  # up to 3 x 4096 bins (12-bit digits) or 4 x 256 (8-bit)
 CTL = tl.constexpr(12288)  # [0] arrivals, [1] winner slots, [2] taken-bin slots, [3] done
-PCNT = tl.constexpr(12304)
+PCNT = tl.constexpr(12304)  # 2 x PMAX (256) per-program counts (stable)
+WHIST = tl.constexpr(12816)  # NBW bins of the bracket's window, then the candidate keys and columns
 
 
 @triton.jit
@@ -129,16 +130,17 @@ def _choose(hh, need):
 
 
 @triton.jit
-def _split_block(s, col, v, pmask, pval, out_row, bctr, ctl, k, need, take_all, dk, di):
+def _split_block(s, col, v, pmask, pval, out_row, bctr, ctl, k, need, take_all, dk, di, cap):
     """One block of a split: keys with prefix below pval (winners) -> out at atomic slots
     of ctl[1]; keys in the bin -> out at slots [k - need, k) of ``bctr`` while they last
-    (take_all) or the buffer (dk, di). Returns the block's bin mask."""
+    (take_all) or the buffer (dk, di) at slots below ``cap``. Returns the block's bin mask."""
     mu = ((s ^ INT_MIN) & pmask) ^ INT_MIN  # prefix compared in signed order
     pv = pval ^ INT_MIN
     win = v & (mu < pv)
     cand = v & (mu == pv)
-    nw = tl.sum(win.to(tl.int32))
-    nc = tl.sum(cand.to(tl.int32))
+    nwc = tl.sum(win.to(tl.int32) + (cand.to(tl.int32) << 16))  # both counts in one reduction
+    nw = nwc & 0xFFFF
+    nc = nwc >> 16
     if nw > 0:
         bw = tl.atomic_add(ctl + 1, nw, sem="relaxed")
         tl.store(out_row + bw + tl.cumsum(win.to(tl.int32), axis=0) - 1, col, mask=win)
@@ -148,13 +150,57 @@ def _split_block(s, col, v, pmask, pval, out_row, bctr, ctl, k, need, take_all, 
         if take_all != 0:
             tl.store(out_row + (k - need) + pc, col, mask=cand & (pc < need))
         else:
-            tl.store(dk + pc, s, mask=cand)
-            tl.store(di + pc, col, mask=cand)
+            tl.store(dk + pc, s, mask=cand & (pc < cap))
+            tl.store(di + pc, col, mask=cand & (pc < cap))
     return cand
 
 
 @triton.jit
-def _emit_pass(row, lo, hi, s0, pmask, pval, out_row, ctl, k, need, take_all, cand_k, cand_i,
+def _bracket_pass(row, lo, hi, s0, x1, t_hi, s_base, sh, dk, di, capp, whist, ctr, BLOCK: tl.constexpr,
+                  CATOM: tl.constexpr):
+    """The bracket's one read of [lo, hi): every key up to ``t_hi`` goes to this program's
+    region of the buffer (dk, di: ``capp`` slots) and, when at or above ``s_base``, adds one
+    to bin ``1 + (key - s_base) >> sh`` of ``whist``. Slots: CATOM, one atomic per such key
+    on the program's counter ``ctr`` (any order: no CTA-wide scan or barrier per block);
+    otherwise a block cumsum. Returns (keys up to t_hi, keys below s_base); slots past
+    ``capp`` are not written. ``s0``: the first block's keys, ``x1``: the second block's
+    values (loaded early)."""
+    ar = tl.arange(0, BLOCK)
+    s = s0
+    x = x1
+    cnt = tl.zeros([], tl.int32)
+    und = tl.zeros([], tl.int32)
+    for start in range(lo, hi, BLOCK):
+        o = start + ar
+        if start > lo:
+            s = _skey(x)
+            x = tl.load(row + o + BLOCK, mask=o + BLOCK < hi, other=0.0)
+        inw = (o < hi) & (s <= t_hi)
+        binned = inw & (s >= s_base)
+        d = ((s.to(tl.uint32, bitcast=True) - s_base.to(tl.uint32, bitcast=True)) >> sh.to(tl.uint32)).to(tl.int32)
+        tl.atomic_add(whist + 1 + d, 1, mask=binned, sem="relaxed")
+        if CATOM:
+            pc = tl.atomic_add(ctr + tl.zeros([BLOCK], tl.int32), 1, mask=inw, sem="relaxed")
+            tl.store(dk + pc, s, mask=inw & (pc < capp))
+            tl.store(di + pc, o, mask=inw & (pc < capp))
+        else:
+            n2 = tl.sum(inw.to(tl.int32) + (binned.to(tl.int32) << 16))  # both counts in one reduction
+            nc = n2 & 0xFFFF
+            if nc > 0:
+                pc = cnt + tl.cumsum(inw.to(tl.int32), axis=0) - 1
+                tl.store(dk + pc, s, mask=inw & (pc < capp))
+                tl.store(di + pc, o, mask=inw & (pc < capp))
+            cnt += nc
+            und += nc - (n2 >> 16)
+    if CATOM:
+        tl.debug_barrier()
+        cnt = tl.atomic_add(ctr, 0, sem="relaxed")  # every slot of this program was taken
+        und = -1  # the caller derives it from the bins
+    return cnt, und
+
+
+@triton.jit
+def _emit_pass(row, lo, hi, s0, pmask, pval, out_row, ctl, k, need, take_all, cand_k, cand_i, cap,
                shift, ghist, count, BLOCK: tl.constexpr, NB: tl.constexpr):
     """``_split_block`` over the row slice [lo, hi) (bin slots of ctl[2]); where
     (count != 0, never with take_all) each key of the bin also adds one to its next digit's
@@ -167,7 +213,8 @@ def _emit_pass(row, lo, hi, s0, pmask, pval, out_row, ctl, k, need, take_all, ca
         if start > lo:
             s = _skey(x)
             x = tl.load(row + o + BLOCK, mask=o + BLOCK < hi, other=0.0)
-        cand = _split_block(s, o, o < hi, pmask, pval, out_row, ctl + 2, ctl, k, need, take_all, cand_k, cand_i)
+        cand = _split_block(s, o, o < hi, pmask, pval, out_row, ctl + 2, ctl, k, need, take_all, cand_k,
+                            cand_i, cap)
         if count != 0:
             tl.atomic_add(ghist + (((s ^ INT_MIN) >> shift) & (NB - 1)), 1, mask=cand, sem="relaxed")
 
@@ -185,7 +232,7 @@ def _buf_count(cand_k, q0, q1, pmask, pval, shift, ghist, RB: tl.constexpr, NB: 
 
 
 @triton.jit
-def _buf_emit(cand_k, cand_i, q0, q1, pmask, pval, out_row, ctl, k, need, take_all, c2k, c2i,
+def _buf_emit(cand_k, cand_i, q0, q1, pmask, pval, out_row, ctl, k, need, take_all, c2k, c2i, cap,
               RB: tl.constexpr):
     """``_split_block`` over the gathered keys [q0, q1): the bin's keys get the slots of
     ctl[4] and go to the second buffer (c2k, c2i) unless taken whole."""
@@ -195,7 +242,7 @@ def _buf_emit(cand_k, cand_i, q0, q1, pmask, pval, out_row, ctl, k, need, take_a
         v = o < q1
         s = tl.load(cand_k + o, mask=v, other=0, cache_modifier=".cg")
         col = tl.load(cand_i + o, mask=v, other=0, cache_modifier=".cg")
-        _split_block(s, col, v, pmask, pval, out_row, ctl + 4, ctl, k, need, take_all, c2k, c2i)
+        _split_block(s, col, v, pmask, pval, out_row, ctl + 4, ctl, k, need, take_all, c2k, c2i, cap)
 
 
 @triton.jit
@@ -275,26 +322,72 @@ def _stable_emit(row, lo, hi, tkey, q, out_row, ctl, pcnt, s_idx, n_act, nb,
         trank += tl.sum(tie.to(tl.int32))
 
 
+@triton.jit
+def _tick(stats, r, i, s_idx, TIMING: tl.constexpr):
+    """TIMING (CUDA probes only): program (r, 0) stores the SM clock at stats[r, 2 + i],
+    after every warp of the program got here."""
+    if TIMING:
+        if s_idx == 0:
+            tl.debug_barrier()
+            c = tl.inline_asm_elementwise("mov.u32 $0, %clock;", "=r,r", [s_idx], dtype=tl.int32, is_pure=False,
+                                          pack=1)
+            tl.store(stats + 10 * r + 2 + i, c)
+
+
+@triton.jit
+def _bracket(row, L, k, SAMP: tl.constexpr, NBW: tl.constexpr):
+    """Window of the k-th key from SAMP strided samples of the row, sorted (``tl.sort``:
+    a bitonic network in registers and shared memory, no global round trips): the window's
+    top is sample rank q + m (``_window``: 4.5 sigma + 2, q the k-th's expected rank).
+    Returns the window's top key ``t_hi`` (INT_MAX past the last sample) and the bins: base
+    key ``s_base`` aligned to 2^sh, with bin ``1 + (t_hi - s_base) >> sh < NBW`` (bin 0:
+    keys below the base). The base is sample rank q - m; when that is below the best
+    sample, the window's width below the best sample."""
+    st = L // SAMP
+    i = tl.arange(0, SAMP)
+    srt = tl.sort(_skey(tl.load(row + i * st + st // 2)))
+    q = ((k - 1).to(tl.int64) * SAMP // L).to(tl.int32)
+    lo, hi = _window(q, tl.zeros([], tl.int32) + SAMP, q < 0)
+    lo_key = tl.sum(tl.where(i == tl.maximum(lo, 0), srt, 0))
+    t_hi = tl.where(hi < SAMP, tl.sum(tl.where(i == hi, srt, 0)), INT_MAX)
+    ulo = lo_key.to(tl.int64) - INT_MIN  # unsigned order as int64
+    uhi = t_hi.to(tl.int64) - INT_MIN
+    if lo < 0:
+        ulo = tl.maximum(ulo - (uhi - ulo), 0)
+    d = uhi - ulo
+    sh = tl.zeros([], tl.int32)
+    while (d >> sh) >= NBW // 2:
+        sh += 1
+    s_base = (((ulo >> sh) << sh) + INT_MIN).to(tl.int32)
+    return t_hi, s_base, sh
+
+
 @triton.jit(do_not_specialize=["stride_r", "R", "W", "k", "next_n", "n_slices", "is_prefill", "stable",
-                               "cand_cap", "ws_stride", "min_slice", "rank_budget", "sparse_max", "fuse"])
-def radix_kernel(logits, stride_r, lens, starts, ends, out, ws,
+                               "cand_cap", "ws_stride", "min_slice", "rank_budget", "sparse_max", "fuse",
+                               "bracket", "want_stats"])
+def radix_kernel(logits, stride_r, lens, starts, ends, out, ws, stats,
                  R, W, k, next_n, n_slices, is_prefill, stable, cand_cap, ws_stride, min_slice, rank_budget,
-                 sparse_max, fuse,
+                 sparse_max, fuse, bracket, want_stats,
                  BLOCK: tl.constexpr, RT: tl.constexpr, CT: tl.constexpr, PMAX: tl.constexpr,
-                 HMASK: tl.constexpr, DBITS: tl.constexpr, NB: tl.constexpr, RB: tl.constexpr):
+                 HMASK: tl.constexpr, DBITS: tl.constexpr, NB: tl.constexpr, RB: tl.constexpr,
+                 SAMP: tl.constexpr, NBW: tl.constexpr, CATOM: tl.constexpr = True,
+                 TIMING: tl.constexpr = False):
     """Grid (G0, n_slices). n_slices > 1: G0 = R, program (r, s) owns slice s of row r and
-    slot r. n_slices = 1: program g loops over rows g, g + G0, ... with slot g."""
+    slot r. n_slices = 1: program g loops over rows g, g + G0, ... with slot g.
+    want_stats: ``stats[r] = (path, window keys)``, path 0 no bracket, 1 bracket, 2 bracket
+    then the whole window from the top digit, 3 bracket missed (exact fallback)."""
     pid0 = tl.program_id(0)
     s_idx = tl.program_id(1)
     g0 = tl.num_programs(0)
     slot = ws + pid0.to(tl.int64) * ws_stride
     ctl = slot + CTL
     pcnt = slot + PCNT
-    cand_k = slot + PCNT + 2 * PMAX
+    whist = slot + WHIST
+    cand_k = whist + NBW
     cand_i = cand_k + cand_cap
+    half = cand_cap // 2
     bins = tl.arange(0, NB)
     ar = tl.arange(0, BLOCK)
-    npass = (32 + DBITS - 1) // DBITS
     for r in range(pid0, R, g0):
         tl.debug_barrier()  # row mode reuses the slot: the last row's reads finish first
         L, row, out_row = _row_window(r, lens, starts, ends, next_n, is_prefill, W, logits, stride_r, out, k)
@@ -312,26 +405,74 @@ def radix_kernel(logits, stride_r, lens, starts, ends, out, ws,
                 pval = tl.zeros([], tl.int32)
                 cb = L
                 nb = tl.zeros([], tl.int32)  # barriers passed
-                p = tl.zeros([], tl.int32)
+                p = tl.zeros([], tl.int32)  # passes made (histogram slot)
+                rem = tl.zeros([], tl.int32) + 32  # low key bits not yet fixed by the prefix
                 go = tl.full([], 1, tl.int32)
                 buf = tl.zeros([], tl.int32)  # 1: the matching keys are gathered in the candidate buffer
                 q0 = tl.zeros([], tl.int32)  # this program's share [q0, q1) of the gathered keys
                 q1 = tl.zeros([], tl.int32)
+                _tick(stats, r, 0, s_idx, TIMING)
                 key0 = _skey(tl.load(row + lo + ar, mask=lo + ar < hi, other=0.0))  # first block, kept
+                if (bracket != 0) & (stable == 0) & (L >= 4 * SAMP):
+                    # one read: every key up to the sampled window's top -> this program's region
+                    # of the buffer, binned; then the k-th key's bin is a prefix of the gathered keys
+                    x1 = tl.load(row + lo + BLOCK + ar, mask=lo + BLOCK + ar < hi, other=0.0)  # in flight meanwhile
+                    t_hi, s_base, sh = _bracket(row, L, k, SAMP, NBW)
+                    _tick(stats, r, 1, s_idx, TIMING)
+                    capp = half // n_act
+                    q0 = s_idx * capp
+                    cnt, und = _bracket_pass(row, lo, hi, key0, x1, t_hi, s_base, sh, cand_k + q0, cand_i + q0, capp,
+                                             whist, pcnt + s_idx, BLOCK, CATOM)
+                    q1 = q0 + tl.minimum(cnt, capp)
+                    tl.atomic_add(ctl + 6, tl.where(cnt > capp, 1 << 24, cnt), sem="relaxed")  # overflow: poison
+                    if und >= 0:
+                        tl.atomic_add(whist, und, sem="relaxed")
+                    _tick(stats, r, 2, s_idx, TIMING)
+                    nb += 1
+                    _barrier(ctl, n_act * nb)
+                    _tick(stats, r, 3, s_idx, TIMING)
+                    nwin = tl.load(ctl + 6, cache_modifier=".cg")
+                    hw = tl.load(whist + tl.arange(0, NBW), cache_modifier=".cg")  # (with nwin: one round trip)
+                    if CATOM:  # bin 0 (keys below the base) was not counted: the rest of the window
+                        hw += tl.where(tl.arange(0, NBW) == 0, nwin - tl.sum(hw), 0)
+                    path = tl.full([], 3, tl.int32)
+                    if (nwin >= k) & (nwin < (1 << 24)):
+                        b, bel, cb = _choose(hw, k)
+                        buf = tl.full([], 1, tl.int32)
+                        path = tl.full([], 2, tl.int32)
+                        if b == 0:  # the k-th is below the base: radix the gathered keys from the top digit
+                            cb = nwin
+                        else:
+                            path = tl.full([], 1, tl.int32)
+                            need -= bel
+                            pval = (s_base.to(tl.int64) - INT_MIN + ((b - 1).to(tl.int64) << sh)).to(tl.int32)
+                            pmask = -1 << sh
+                            rem = sh
+                    else:  # missed (fewer than k keys up to t_hi) or a region overflowed: the exact path
+                        q0 = tl.zeros([], tl.int32)
+                        q1 = tl.zeros([], tl.int32)
+                    if (want_stats != 0) & (s_idx == 0):
+                        tl.store(stats + (10 if TIMING else 2) * r + tl.arange(0, 2),
+                                 tl.where(tl.arange(0, 2) == 0, path, nwin))
+                    _tick(stats, r, 4, s_idx, TIMING)
+                # digit passes (the first over the row; after a gather, over the buffer)
+                cb64 = cb.to(tl.int64)
+                small = (cb <= cand_cap) & (cb64 * cb64 <= rank_budget * n_act.to(tl.int64))
+                go = ((rem > 0) & ((stable != 0) | ((cb != need) & (small == 0)))).to(tl.int32)
                 while go != 0:
-                    shift = tl.maximum(32 - DBITS * (p + 1), 0)  # 12-bit: 20, 8, 0 (overlap already fixed)
+                    shift = tl.maximum(rem - DBITS, 0)  # 12-bit: 20, 8, 0 (overlap already fixed)
                     ghist = slot + HIST + NB * p
                     if buf != 0:  # later passes count the gathered keys only
                         _buf_count(cand_k, q0, q1, pmask, pval, shift, ghist, RB, NB)
                         nb += 1
                         _barrier(ctl, n_act * nb)
                         h = tl.load(ghist + bins, cache_modifier=".cg")
-                    elif ((p > 0) & (cb <= sparse_max) & (fuse != 0) & (stable == 0) & (cb <= cand_cap // 2)
+                    elif ((p > 0) & (cb <= sparse_max) & (fuse != 0) & (stable == 0) & (cb <= half)
                           & (sl > BLOCK)):
                         # one read: winners -> out, the cb matching keys -> buffer + next digit's counts
                         # (slices of one block keep their keys in registers: re-reading them is free)
                         _emit_pass(row, lo, hi, key0, pmask, pval, out_row, ctl, k, need, 0, cand_k, cand_i,
-                                   shift, ghist, 1, BLOCK, NB)
+                                   half, shift, ghist, 1, BLOCK, NB)
                         buf = tl.full([], 1, tl.int32)
                         per = tl.cdiv(cb, n_act)
                         q0 = tl.minimum(s_idx * per, cb)
@@ -340,41 +481,45 @@ def radix_kernel(logits, stride_r, lens, starts, ends, out, ws,
                         _barrier(ctl, n_act * nb)
                         h = tl.load(ghist + bins, cache_modifier=".cg")
                     elif (p > 0) & (cb <= sparse_max):  # few keys match: atomics, not tl.histogram
-                        _atomic_pass(row, lo, hi, key0, pmask, pval, shift, slot + HIST + NB * p, BLOCK, NB)
+                        _atomic_pass(row, lo, hi, key0, pmask, pval, shift, ghist, BLOCK, NB)
                         nb += 1
                         _barrier(ctl, n_act * nb)  # also orders the atomics before the read (row mode)
-                        h = tl.load(slot + HIST + NB * p + bins, cache_modifier=".cg")
+                        h = tl.load(ghist + bins, cache_modifier=".cg")
                     else:
                         h = _hist_pass(row, lo, hi, key0, pmask, pval, shift, BLOCK, NB, HMASK)
                         if n_act > 1:
-                            tl.atomic_add(slot + HIST + NB * p + bins, h, mask=h != 0, sem="relaxed")
+                            tl.atomic_add(ghist + bins, h, mask=h != 0, sem="relaxed")
                             nb += 1
                             _barrier(ctl, n_act * nb)
-                            h = tl.load(slot + HIST + NB * p + bins, cache_modifier=".cg")
+                            h = tl.load(ghist + bins, cache_modifier=".cg")
                     b, below, cb = _choose(h, need)
                     need -= below
                     pval = pval | (b << shift)
                     pmask = pmask | ((NB - 1) << shift)
+                    rem = shift
                     p += 1
                     cb64 = cb.to(tl.int64)
                     small = (cb <= cand_cap) & (cb64 * cb64 <= rank_budget * n_act.to(tl.int64))
-                    go = ((p < npass) & ((stable != 0) | ((cb != need) & (small == 0)))).to(tl.int32)
+                    go = ((rem > 0) & ((stable != 0) | ((cb != need) & (small == 0)))).to(tl.int32)
+                _tick(stats, r, 5, s_idx, TIMING)
                 if stable != 0:
                     # all passes ran: pval is the k-th key (as u); keep `need` of its ties
                     _stable_emit(row, lo, hi, pval ^ INT_MIN, need, out_row, ctl, pcnt, s_idx, n_act, nb,
                                  BLOCK, PMAX)
                     nb += 1
                 else:
-                    take_all = ((p == npass) | (cb == need)).to(tl.int32)
+                    take_all = ((rem == 0) | (cb == need)).to(tl.int32)
                     rk = cand_k  # where the bin's keys end up for the rank
                     ri = cand_i
                     if buf != 0:
-                        rk = cand_k + cand_cap // 2
-                        ri = cand_i + cand_cap // 2
-                        _buf_emit(cand_k, cand_i, q0, q1, pmask, pval, out_row, ctl, k, need, take_all, rk, ri, RB)
+                        rk = cand_k + half
+                        ri = cand_i + half
+                        _buf_emit(cand_k, cand_i, q0, q1, pmask, pval, out_row, ctl, k, need, take_all, rk, ri,
+                                  half, RB)
                     else:
-                        _emit_pass(row, lo, hi, key0, pmask, pval, out_row, ctl, k, need, take_all, cand_k, cand_i,
-                                   0, ctl, 0, BLOCK, NB)
+                        _emit_pass(row, lo, hi, key0, pmask, pval, out_row, ctl, k, need, take_all, cand_k,
+                                   cand_i, cand_cap, 0, ctl, 0, BLOCK, NB)
+                    _tick(stats, r, 6, s_idx, TIMING)
                     if take_all == 0:
                         nb += 1
                         _barrier(ctl, n_act * nb)
@@ -382,10 +527,14 @@ def radix_kernel(logits, stride_r, lens, starts, ends, out, ws,
                         c0 = s_idx * per
                         _rank_emit(rk, ri, cb, c0, tl.minimum(c0 + per, cb), out_row, k - need, need, RT, CT)
                 # the last program of the row to finish restores the zeros
+                _tick(stats, r, 7, s_idx, TIMING)
                 tl.debug_barrier()
                 done = tl.atomic_add(ctl + 3, 1, sem="acq_rel")
                 if done == n_act - 1:
-                    for z in range(0, npass * NB, 1024):
+                    for z in range(0, p * NB, 1024):
                         tl.store(slot + HIST + z + tl.arange(0, 1024), tl.zeros([1024], tl.int32))
                     tl.store(ctl + tl.arange(0, 16), tl.zeros([16], tl.int32))
-                    # (the per-program counts need no reset: each call writes before it reads)
+                    if (bracket != 0) & (stable == 0) & (L >= 4 * SAMP):
+                        for z in range(0, NBW, 1024):
+                            tl.store(whist + z + tl.arange(0, 1024), tl.zeros([1024], tl.int32))
+                    tl.store(pcnt + tl.arange(0, 2 * PMAX), tl.zeros([2 * PMAX], tl.int32))  # counts, slot counters

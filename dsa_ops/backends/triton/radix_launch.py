@@ -16,6 +16,7 @@ a zeroed temporary from the graph's pool instead.
 from __future__ import annotations
 
 import functools
+import math
 import os
 from dataclasses import dataclass
 
@@ -34,11 +35,15 @@ RB = 512  # keys per iteration over the gathered candidates
 RT, CT = 16, 512  # candidate rank tile: RT candidates x CT columns per compare
 RANK_BUDGET = 4096  # early exit when (bin size)^2 <= RANK_BUDGET x programs of the row (~362 at 32)
 PMAX = 256  # most programs per row (per-program counts of the stable emission)
-CAND_SPLIT = 8192  # candidate buffer, split mode: gathers of up to 4096 keys + the rank's half
-CAND_ROW = 2048  # candidate buffer, row mode (cb * cb <= ROW_RANK_BUDGET)
+CAND_SPLIT = 8192  # candidate buffer at least, split mode: gathers of up to 4096 keys + the rank's half
+CAND_ROW = 2048  # candidate buffer at least, row mode (cb * cb <= ROW_RANK_BUDGET)
+HALF_MAX_SPLIT = 32768  # gathered keys at most (half the buffer), split mode: few slots
+HALF_MAX_ROW = 16384  # row mode: up to 2 slots per program per multiprocessor
 ROW_RANK_BUDGET = 1 << 21  # one program ranks up to ~1448 candidates (~8K compares a thread)
-ROW_PROGRAMS_PER_SM = 2
-HEAD = 12304 + 2 * PMAX  # histograms, counters, per-program counts (int32 entries)
+ROW_PROGRAMS_PER_SM = 1  # one wave of persistent programs (the bracket buffers make slots large)
+SAMP = 256  # bracket: strided samples of the row that place the window of the k-th key
+NBW = 2048  # bracket: bins over the window at most (256 per warp: more spill registers)
+HEAD = 12304 + 2 * PMAX + NBW  # histograms, counters, per-program counts, window bins (int32 entries)
 MANY_ROWS = 16  # from this many rows up, :func:`tuning` picks smaller, more numerous programs
 SPARSE_MAX = 4096  # split mode: later passes use per-key atomics when at most this many keys of the row match
 SPARSE_ROW = 16384  # row mode (one program per row): its atomics meet no other program's
@@ -80,8 +85,24 @@ def _per_sm(device: torch.device, num_warps: int, per_sm: int | None) -> int:
     return want
 
 
+def window_bound(width: int, k: int, samp: int = SAMP) -> int:
+    """Keys the bracket's window holds at most, w.h.p., on rows of up to ``width`` columns:
+    the mean of the count below the window's top sample (sample rank q + 4.5 sigma + 2, as
+    ``_row_pivots`` places it) plus four standard deviations, maximised over the lengths.
+    A larger window only overflows into the exact fallback; it is never wrong."""
+    worst = 0.0
+    length = max(k + 1, 4 * samp)
+    while True:
+        q = ((k - 1) * samp) // length
+        hi = q + int(4.5 * math.sqrt(max(q * (1 - q / samp), 0.0)) + 2.0) + 1  # samples at or below the top
+        worst = max(worst, min(length, length * hi / samp + 4 * length * math.sqrt(hi) / samp))
+        if length >= width:
+            return int(worst)
+        length = min(width, length * 2)
+
+
 def plan(rows: int, width: int, device: torch.device, slices: int | None = None,
-         block: int = BLOCK, num_warps: int = NUM_WARPS, per_sm: int | None = None) -> RadixPlan:
+         block: int = BLOCK, num_warps: int = NUM_WARPS, per_sm: int | None = None, k: int = 2048) -> RadixPlan:
     """Split a few long rows over the multiprocessors; one program per row otherwise.
 
     Under Triton's interpreter programs run one after another, so a row barrier could
@@ -100,10 +121,12 @@ def plan(rows: int, width: int, device: torch.device, slices: int | None = None,
                          "(split mode needs every program of a row resident)")
     if not 1 <= slices <= PMAX:
         raise ValueError(f"slices must be in [1, {PMAX}], got {slices}")
+    half = 1 << max(0, window_bound(width, k) - 1).bit_length()  # the bracket gathers into half the buffer
     if slices > 1:
-        return RadixPlan(grid0=rows, slices=slices, cand_cap=CAND_SPLIT, rank_budget=RANK_BUDGET)
-    return RadixPlan(grid0=max(1, min(rows, ROW_PROGRAMS_PER_SM * cap)), slices=1, cand_cap=CAND_ROW,
-                     rank_budget=ROW_RANK_BUDGET)
+        return RadixPlan(grid0=rows, slices=slices, cand_cap=max(CAND_SPLIT, 2 * min(half, HALF_MAX_SPLIT)),
+                         rank_budget=RANK_BUDGET)
+    return RadixPlan(grid0=max(1, min(rows, ROW_PROGRAMS_PER_SM * cap)), slices=1,
+                     cand_cap=max(CAND_ROW, 2 * min(half, HALF_MAX_ROW)), rank_budget=ROW_RANK_BUDGET)
 
 
 def tuning(rows: int) -> dict:
@@ -128,13 +151,30 @@ def launch(logits: Tensor, lens: Tensor, starts: Tensor, ends: Tensor, k: int, n
            block: int | None = None, num_warps: int | None = None, per_sm: int | None = None,
            min_slice: int | None = None, rank_budget: int | None = None, rt: int = RT, ct: int = CT,
            hist_mask: bool | None = None, dbits: int = DBITS, sparse_max: int | None = None,
-           fuse: bool = True) -> None:
-    """Fill ``out`` (R, k) int32 with the cooperative radix kernel (keywords: tuning)."""
+           fuse: bool = True, bracket: bool = True, stats: Tensor | None = None, nbw: int | None = None,
+           samp: int = SAMP, catom: bool = True) -> None:
+    """Fill ``out`` (R, k) int32 with the cooperative radix kernel (keywords: tuning).
+
+    ``bracket``: non-stable rows of at least 4 x SAMP columns start with the sampled window
+    (one read; see ``kernels_radix``). ``stats``: an int32 (R, 2) tensor that receives each
+    bracketed row's path and window size (tests and probes; rows without the bracket keep
+    their values)."""
     from dsa_ops.backends.triton.kernels_radix import radix_kernel
 
+    if samp not in (128, 256, 512, 1024):
+        raise ValueError(f"samp must be 128, 256, 512 or 1024 (the bracket's samples), got {samp}")
+    if nbw is not None and nbw not in (256, 512, 1024, 2048):
+        raise ValueError(f"nbw must be 256, 512, 1024 or 2048 (the window's bins), got {nbw}")
     if not 4 <= dbits <= 12:
         raise ValueError(f"dbits must be in [4, 12] (the histogram region holds 12288 bins), got {dbits}")
     rows, width = logits.shape
+    cuda = logits.device.type == "cuda" and torch.version.hip is None
+    timing = stats is not None and stats.dim() == 2 and stats.shape[1] == 10 and cuda
+    if stats is not None and (stats.dtype != torch.int32 or tuple(stats.shape) != (rows, 10 if timing else 2)
+                              or stats.device != logits.device or not stats.is_contiguous()):
+        raise ValueError(f"stats must be a contiguous int32 ({rows}, 2) tensor on {logits.device} (or "
+                         f"({rows}, 10) on CUDA: + SM clocks), got {stats.dtype} {tuple(stats.shape)} on "
+                         f"{stats.device}")
     if rows == 0:
         return
     t = tuning(rows)
@@ -142,16 +182,17 @@ def launch(logits: Tensor, lens: Tensor, starts: Tensor, ends: Tensor, k: int, n
     per_sm = t["per_sm"] if per_sm is None and num_warps is None else per_sm  # (None: PER_SM)
     num_warps = t["num_warps"] if num_warps is None else num_warps
     min_slice = t["min_slice"] if min_slice is None else min_slice
-    p = plan(rows, width, logits.device, slices, block, num_warps, per_sm)
+    p = plan(rows, width, logits.device, slices, block, num_warps, per_sm, k)
     if sparse_max is None:
         sparse_max = SPARSE_MAX if p.slices > 1 else SPARSE_ROW
     ws = workspace(logits.device, p.grid0, p.ws_stride)
-    cuda = logits.device.type == "cuda" and torch.version.hip is None
     radix_kernel[(p.grid0, p.slices)](
-        logits, logits.stride(0), lens, starts, ends, out, ws,
+        logits, logits.stride(0), lens, starts, ends, out, ws, out if stats is None else stats,
         rows, width, k, next_n, p.slices, int(is_prefill), int(stable), p.cand_cap, ws.stride(0), min_slice,
-        p.rank_budget if rank_budget is None else rank_budget, sparse_max, int(fuse),
+        p.rank_budget if rank_budget is None else rank_budget, sparse_max, int(fuse), int(bracket),
+        int(stats is not None),
         BLOCK=block, RT=rt, CT=ct, PMAX=PMAX, HMASK=_hist_mask() if hist_mask is None else hist_mask,
-        DBITS=dbits, NB=1 << dbits, RB=RB, num_warps=num_warps,
+        DBITS=dbits, NB=1 << dbits, RB=RB, SAMP=samp, NBW=min(NBW, 256 * num_warps) if nbw is None else nbw,
+        CATOM=catom, TIMING=timing, num_warps=num_warps,
         **({"maxnreg": MAXNREG} if cuda else {}),
     )
