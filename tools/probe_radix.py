@@ -56,7 +56,8 @@ if "smoke" in SECTIONS:
     assert_decode_equivalent(out, x, lt, K)
     log("smoke ok", radix.plan(2, 133120, x.device))
 
-VARIANTS = [("default", {}), ("no bracket", dict(bracket=False)), ("scan slots", dict(catom=False))]
+VARIANTS = [("default", {}), ("no bracket", dict(bracket=False)), ("no finisher", dict(finisher=False)),
+            ("scan slots", dict(catom=False))]
 if "check" in SECTIONS:
     n = 0
     t0 = time.time()
@@ -144,7 +145,8 @@ if "paths" in SECTIONS:
     save()
     del x
 PHASES = ["sample", "bracket read", "barrier", "choose", "passes", "emit", "rank"]
-if "phases" in SECTIONS:  # SM clocks of program (r, 0) between the bracket's phases (median of 15, L2 flushed)
+if "phases" in SECTIONS:  # global-timer ns of the reporting program (r, 0) (after the arrival: the
+    # finisher) between the bracket's phases (median of 15, L2 flushed)
     from dsa_ops.benchmarking import flush_buffer
     fb = flush_buffer(torch.device("cuda"))
     ph = []
@@ -162,8 +164,8 @@ if "phases" in SECTIONS:  # SM clocks of program (r, 0) between the bracket's ph
             t = st[:, 2:].long()
             samples.append(((t[:, 1:] - t[:, :-1]) % (1 << 32)).float())
         d = torch.stack(samples).median(dim=0).values  # (rows, 7)
-        rec = {"W": width, "rows": rows, "L": L, "cycles row 0": dict(zip(PHASES, d[0].int().tolist())),
-               "cycles max over rows": dict(zip(PHASES, d.max(dim=0).values.int().tolist())),
+        rec = {"W": width, "rows": rows, "L": L, "ns row 0": dict(zip(PHASES, d[0].int().tolist())),
+               "ns max over rows": dict(zip(PHASES, d.max(dim=0).values.int().tolist())),
                "total row 0": int(d[0].sum())}
         log(rec)
         ph.append(rec)

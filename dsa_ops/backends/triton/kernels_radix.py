@@ -4,6 +4,18 @@ Row r of live length L > k is split over ``n_act`` programs (contiguous slices o
 blocks, in index order). Order keys (contract §1.1) as signed int32, smaller = better; the
 radix works on ``u = skey ^ INT_MIN`` whose *unsigned* order is the same.
 
+0. Bracket (``bracket``, non-stable rows of L >= 4 x SAMP; the default path). Every
+   program reads the same SAMP strided samples of the row and sorts them; sample rank
+   q + m (q the k-th's expected rank, m = 4.5 sigma + 2) gives the window's top key
+   t_hi, and rank q - m (or, past the best sample, the window's width below it) the base
+   of NBW bins of 2^sh keys each. One read of the slice then sends every key <= t_hi to the
+   program's region of the candidate buffer (a slot per key from a per-program atomic
+   counter: no CTA-wide scan) and counts it in its bin of the row's window histogram
+   (bin 0: keys below the base). After one barrier every program picks the bin of the
+   k-th key; that bin is a prefix of the key bits, so steps 1-3 continue on the gathered
+   keys (usually with a bin of a few keys: straight to the rank). Exact fallbacks: the
+   k-th below the base (bin 0) radixes all gathered keys from the top digit; fewer than k
+   keys up to t_hi, or a full region, runs steps 1-3 on the row as if there were no bracket.
 1. Digit passes of DBITS bits (default 8: four passes of 256 bins), most significant
    first. The first pass (and any pass where more than ``sparse_max`` keys of the row still
    match the prefix) histograms each program's keys with ``tl.histogram``; with more than
@@ -33,11 +45,12 @@ radix works on ``u = skey ^ INT_MIN`` whose *unsigned* order is the same.
 Barriers are spin waits on a per-row arrival counter; they are safe because the host
 launches at most ``per_sm`` programs per multiprocessor in split mode with registers capped
 so that they all fit (all co-resident), and a single program per row otherwise (its
-barrier never waits). The program that finishes a row last restores the row's histograms
-and counters to zero, so replays need no memset. Workspace per slot (int32):
-[0, 12288) histograms (passes x bins), [12288, 12304) counters, then 2 x PMAX
-per-program counts (stable), then the candidate keys and columns (after a gather, the
-bin's keys for the rank go to the second half of each).
+barrier never waits). The program that finishes a row last restores the row's histograms,
+window bins, counters and per-program counts to zero, so replays need no memset.
+Workspace per slot (int32): [0, 12288) histograms (passes x bins), [12288, 12304)
+counters, [12304, 12816) per-program counts (stable) and slot counters (bracket),
+[12816, 14864) window bins, then the candidate keys and columns (``cand_cap`` each; the
+bracket's regions and gathers use the first half, the rank's bin the second half).
 """
 
 from __future__ import annotations
@@ -220,6 +233,46 @@ def _emit_pass(row, lo, hi, s0, pmask, pval, out_row, ctl, k, need, take_all, ca
 
 
 @triton.jit
+def _region_emit(gk, gi, capp, cnts, n_reg, pmask, pval, out_row, k, need, take_all, c2k, c2i, cap,
+                 T: tl.constexpr):
+    """The finisher's one pass over the bracket's regions (region j: ``cnts[j]`` keys at
+    [j * capp, ...) of gk / gi; at most 32 regions, T / 32 keys of each per step): keys with
+    prefix below pval -> out (slots from 0), keys in the bin -> out at [k - need, k) while
+    they last (take_all) or (c2k, c2i) from slot 0. One program: running offsets, no atomics."""
+    e = tl.arange(0, T)
+    j = e // (T // 32)
+    c = e % (T // 32)
+    jj = tl.arange(0, 32)
+    cj = tl.minimum(tl.load(cnts + jj, mask=jj < n_reg, other=0, cache_modifier=".cg"), capp)
+    cnt = tl.minimum(tl.load(cnts + j, mask=j < n_reg, other=0, cache_modifier=".cg"), capp)
+    pv = pval ^ INT_MIN
+    wpos = tl.zeros([], tl.int32)
+    bpos = tl.zeros([], tl.int32)
+    v = c < cnt
+    s = tl.load(gk + j * capp + c, mask=v, other=0, cache_modifier=".cg")
+    col = tl.load(gi + j * capp + c, mask=v, other=0, cache_modifier=".cg")
+    for c0 in range(0, tl.max(cj), T // 32):
+        vn = c0 + T // 32 + c < cnt  # prefetch the next step
+        sn = tl.load(gk + j * capp + c0 + T // 32 + c, mask=vn, other=0, cache_modifier=".cg")
+        coln = tl.load(gi + j * capp + c0 + T // 32 + c, mask=vn, other=0, cache_modifier=".cg")
+        mu = ((s ^ INT_MIN) & pmask) ^ INT_MIN
+        win = v & (mu < pv)
+        cand = v & (mu == pv)
+        tl.store(out_row + wpos + tl.cumsum(win.to(tl.int32), axis=0) - 1, col, mask=win)
+        pc = bpos + tl.cumsum(cand.to(tl.int32), axis=0) - 1
+        if take_all != 0:
+            tl.store(out_row + (k - need) + pc, col, mask=cand & (pc < need))
+        else:
+            tl.store(c2k + pc, s, mask=cand & (pc < cap))
+            tl.store(c2i + pc, col, mask=cand & (pc < cap))
+        wpos += tl.sum(win.to(tl.int32))
+        bpos += tl.sum(cand.to(tl.int32))
+        s = sn
+        col = coln
+        v = vn
+
+
+@triton.jit
 def _buf_count(cand_k, q0, q1, pmask, pval, shift, ghist, RB: tl.constexpr, NB: tl.constexpr):
     """Sparse pass over the gathered keys [q0, q1) of the candidate buffer: each key that
     matches the prefix adds one to its digit's bin of ``ghist``."""
@@ -323,13 +376,14 @@ def _stable_emit(row, lo, hi, tkey, q, out_row, ctl, pcnt, s_idx, n_act, nb,
 
 
 @triton.jit
-def _tick(stats, r, i, s_idx, TIMING: tl.constexpr):
-    """TIMING (CUDA probes only): program (r, 0) stores the SM clock at stats[r, 2 + i],
+def _tick(stats, r, i, me, TIMING: tl.constexpr):
+    """TIMING (CUDA probes only): the program that reports for row r (``me``) stores the
+    global timer (ns, low 32 bits: comparable across multiprocessors) at stats[r, 2 + i],
     after every warp of the program got here."""
     if TIMING:
-        if s_idx == 0:
+        if me != 0:
             tl.debug_barrier()
-            c = tl.inline_asm_elementwise("mov.u32 $0, %clock;", "=r,r", [s_idx], dtype=tl.int32, is_pure=False,
+            c = tl.inline_asm_elementwise("mov.u32 $0, %globaltimer_lo;", "=r,r", [me], dtype=tl.int32, is_pure=False,
                                           pack=1)
             tl.store(stats + 10 * r + 2 + i, c)
 
@@ -364,10 +418,10 @@ def _bracket(row, L, k, SAMP: tl.constexpr, NBW: tl.constexpr):
 
 @triton.jit(do_not_specialize=["stride_r", "R", "W", "k", "next_n", "n_slices", "is_prefill", "stable",
                                "cand_cap", "ws_stride", "min_slice", "rank_budget", "sparse_max", "fuse",
-                               "bracket", "want_stats"])
+                               "bracket", "want_stats", "finisher"])
 def radix_kernel(logits, stride_r, lens, starts, ends, out, ws, stats,
                  R, W, k, next_n, n_slices, is_prefill, stable, cand_cap, ws_stride, min_slice, rank_budget,
-                 sparse_max, fuse, bracket, want_stats,
+                 sparse_max, fuse, bracket, want_stats, finisher,
                  BLOCK: tl.constexpr, RT: tl.constexpr, CT: tl.constexpr, PMAX: tl.constexpr,
                  HMASK: tl.constexpr, DBITS: tl.constexpr, NB: tl.constexpr, RB: tl.constexpr,
                  SAMP: tl.constexpr, NBW: tl.constexpr, CATOM: tl.constexpr = True,
@@ -397,6 +451,7 @@ def radix_kernel(logits, stride_r, lens, starts, ends, out, ws, stats,
         else:
             sl = tl.maximum(tl.cdiv(tl.cdiv(L, n_slices), BLOCK) * BLOCK, min_slice)
             n_act = tl.cdiv(L, sl)
+            n_row = n_act  # programs of the row (n_act: programs still at work on it)
             lo = s_idx * sl
             if lo < L:
                 hi = tl.minimum(lo + sl, L)
@@ -411,14 +466,17 @@ def radix_kernel(logits, stride_r, lens, starts, ends, out, ws, stats,
                 buf = tl.zeros([], tl.int32)  # 1: the matching keys are gathered in the candidate buffer
                 q0 = tl.zeros([], tl.int32)  # this program's share [q0, q1) of the gathered keys
                 q1 = tl.zeros([], tl.int32)
-                _tick(stats, r, 0, s_idx, TIMING)
+                gofs = tl.zeros([], tl.int32)  # gathered keys at this offset of the buffer, the rank's bin at the other half
+                alive = tl.full([], 1, tl.int32)  # 0: a finisher took the row over
+                me = (s_idx == 0).to(tl.int32)  # reports the row's stats
+                _tick(stats, r, 0, me, TIMING)
                 key0 = _skey(tl.load(row + lo + ar, mask=lo + ar < hi, other=0.0))  # first block, kept
                 if (bracket != 0) & (stable == 0) & (L >= 4 * SAMP):
                     # one read: every key up to the sampled window's top -> this program's region
                     # of the buffer, binned; then the k-th key's bin is a prefix of the gathered keys
                     x1 = tl.load(row + lo + BLOCK + ar, mask=lo + BLOCK + ar < hi, other=0.0)  # in flight meanwhile
                     t_hi, s_base, sh = _bracket(row, L, k, SAMP, NBW)
-                    _tick(stats, r, 1, s_idx, TIMING)
+                    _tick(stats, r, 1, me, TIMING)
                     capp = half // n_act
                     q0 = s_idx * capp
                     cnt, und = _bracket_pass(row, lo, hi, key0, x1, t_hi, s_base, sh, cand_k + q0, cand_i + q0, capp,
@@ -427,43 +485,67 @@ def radix_kernel(logits, stride_r, lens, starts, ends, out, ws, stats,
                     tl.atomic_add(ctl + 6, tl.where(cnt > capp, 1 << 24, cnt), sem="relaxed")  # overflow: poison
                     if und >= 0:
                         tl.atomic_add(whist, und, sem="relaxed")
-                    _tick(stats, r, 2, s_idx, TIMING)
-                    nb += 1
-                    _barrier(ctl, n_act * nb)
-                    _tick(stats, r, 3, s_idx, TIMING)
-                    nwin = tl.load(ctl + 6, cache_modifier=".cg")
-                    hw = tl.load(whist + tl.arange(0, NBW), cache_modifier=".cg")  # (with nwin: one round trip)
-                    if CATOM:  # bin 0 (keys below the base) was not counted: the rest of the window
-                        hw += tl.where(tl.arange(0, NBW) == 0, nwin - tl.sum(hw), 0)
-                    path = tl.full([], 3, tl.int32)
-                    if (nwin >= k) & (nwin < (1 << 24)):
-                        b, bel, cb = _choose(hw, k)
-                        buf = tl.full([], 1, tl.int32)
-                        path = tl.full([], 2, tl.int32)
-                        if b == 0:  # the k-th is below the base: radix the gathered keys from the top digit
-                            cb = nwin
-                        else:
-                            path = tl.full([], 1, tl.int32)
-                            need -= bel
-                            pval = (s_base.to(tl.int64) - INT_MIN + ((b - 1).to(tl.int64) << sh)).to(tl.int32)
-                            pmask = -1 << sh
-                            rem = sh
-                    else:  # missed (fewer than k keys up to t_hi) or a region overflowed: the exact path
-                        q0 = tl.zeros([], tl.int32)
-                        q1 = tl.zeros([], tl.int32)
-                    if (want_stats != 0) & (s_idx == 0):
-                        tl.store(stats + (10 if TIMING else 2) * r + tl.arange(0, 2),
-                                 tl.where(tl.arange(0, 2) == 0, path, nwin))
-                    _tick(stats, r, 4, s_idx, TIMING)
+                    _tick(stats, r, 2, me, TIMING)
+                    fin = (finisher != 0) & (n_act >= 16) & (n_act <= 32)
+                    if fin:  # no barrier: the last program to arrive finishes the row alone
+                        tl.debug_barrier()
+                        alive = (tl.atomic_add(ctl + 7, 1, sem="acq_rel") == n_act - 1).to(tl.int32)
+                        me = alive
+                    else:
+                        nb += 1
+                        _barrier(ctl, n_act * nb)
+                    _tick(stats, r, 3, me, TIMING)
+                    if alive != 0:
+                        nwin = tl.load(ctl + 6, cache_modifier=".cg")
+                        hw = tl.load(whist + tl.arange(0, NBW), cache_modifier=".cg")  # (with nwin: one round trip)
+                        if CATOM:  # bin 0 (keys below the base) was not counted: the rest of the window
+                            hw += tl.where(tl.arange(0, NBW) == 0, nwin - tl.sum(hw), 0)
+                        path = tl.full([], 3, tl.int32)
+                        if (nwin >= k) & (nwin < (1 << 24)):
+                            b, bel, cb = _choose(hw, k)
+                            buf = tl.full([], 1, tl.int32)
+                            path = tl.full([], 2, tl.int32)
+                            if b == 0:  # the k-th is below the base: radix the gathered keys from the top digit
+                                cb = nwin
+                            else:
+                                path = tl.full([], 1, tl.int32)
+                                need -= bel
+                                pval = (s_base.to(tl.int64) - INT_MIN + ((b - 1).to(tl.int64) << sh)).to(tl.int32)
+                                pmask = -1 << sh
+                                rem = sh
+                            if fin:  # one pass over every region: winners -> out, the bin -> second half
+                                take = ((rem == 0) | (cb == need)).to(tl.int32)
+                                _region_emit(cand_k, cand_i, capp, pcnt, n_act, pmask, pval, out_row, k, need, take,
+                                             cand_k + half, cand_i + half, half, BLOCK)
+                                if take != 0:
+                                    alive = tl.zeros([], tl.int32)
+                                gofs = half  # the bin's keys are now the gathered ones
+                                q0 = tl.zeros([], tl.int32)
+                                q1 = cb
+                        else:  # missed (fewer than k keys up to t_hi) or a region overflowed: the exact path
+                            q0 = tl.zeros([], tl.int32)
+                            q1 = tl.zeros([], tl.int32)
+                            if fin:  # alone: the whole row
+                                lo = tl.zeros([], tl.int32)
+                                hi = L
+                                sl = L
+                                key0 = _skey(tl.load(row + ar, mask=ar < L, other=0.0))
+                        if fin:
+                            n_act = tl.full([], 1, tl.int32)
+                            s_idx = tl.zeros([], tl.int32)
+                        if (want_stats != 0) & (me != 0):
+                            tl.store(stats + (10 if TIMING else 2) * r + tl.arange(0, 2),
+                                     tl.where(tl.arange(0, 2) == 0, path, nwin))
+                    _tick(stats, r, 4, me, TIMING)
                 # digit passes (the first over the row; after a gather, over the buffer)
                 cb64 = cb.to(tl.int64)
                 small = (cb <= cand_cap) & (cb64 * cb64 <= rank_budget * n_act.to(tl.int64))
-                go = ((rem > 0) & ((stable != 0) | ((cb != need) & (small == 0)))).to(tl.int32)
+                go = ((alive != 0) & (rem > 0) & ((stable != 0) | ((cb != need) & (small == 0)))).to(tl.int32)
                 while go != 0:
                     shift = tl.maximum(rem - DBITS, 0)  # 12-bit: 20, 8, 0 (overlap already fixed)
                     ghist = slot + HIST + NB * p
                     if buf != 0:  # later passes count the gathered keys only
-                        _buf_count(cand_k, q0, q1, pmask, pval, shift, ghist, RB, NB)
+                        _buf_count(cand_k + gofs, q0, q1, pmask, pval, shift, ghist, RB, NB)
                         nb += 1
                         _barrier(ctl, n_act * nb)
                         h = tl.load(ghist + bins, cache_modifier=".cg")
@@ -501,25 +583,25 @@ def radix_kernel(logits, stride_r, lens, starts, ends, out, ws, stats,
                     cb64 = cb.to(tl.int64)
                     small = (cb <= cand_cap) & (cb64 * cb64 <= rank_budget * n_act.to(tl.int64))
                     go = ((rem > 0) & ((stable != 0) | ((cb != need) & (small == 0)))).to(tl.int32)
-                _tick(stats, r, 5, s_idx, TIMING)
-                if stable != 0:
+                _tick(stats, r, 5, me, TIMING)
+                if (alive != 0) & (stable != 0):
                     # all passes ran: pval is the k-th key (as u); keep `need` of its ties
                     _stable_emit(row, lo, hi, pval ^ INT_MIN, need, out_row, ctl, pcnt, s_idx, n_act, nb,
                                  BLOCK, PMAX)
                     nb += 1
-                else:
+                elif alive != 0:
                     take_all = ((rem == 0) | (cb == need)).to(tl.int32)
                     rk = cand_k  # where the bin's keys end up for the rank
                     ri = cand_i
                     if buf != 0:
-                        rk = cand_k + half
-                        ri = cand_i + half
-                        _buf_emit(cand_k, cand_i, q0, q1, pmask, pval, out_row, ctl, k, need, take_all, rk, ri,
+                        rk = cand_k + (half - gofs)
+                        ri = cand_i + (half - gofs)
+                        _buf_emit(cand_k + gofs, cand_i + gofs, q0, q1, pmask, pval, out_row, ctl, k, need, take_all, rk, ri,
                                   half, RB)
                     else:
                         _emit_pass(row, lo, hi, key0, pmask, pval, out_row, ctl, k, need, take_all, cand_k,
                                    cand_i, cand_cap, 0, ctl, 0, BLOCK, NB)
-                    _tick(stats, r, 6, s_idx, TIMING)
+                    _tick(stats, r, 6, me, TIMING)
                     if take_all == 0:
                         nb += 1
                         _barrier(ctl, n_act * nb)
@@ -527,11 +609,11 @@ def radix_kernel(logits, stride_r, lens, starts, ends, out, ws, stats,
                         c0 = s_idx * per
                         _rank_emit(rk, ri, cb, c0, tl.minimum(c0 + per, cb), out_row, k - need, need, RT, CT)
                 # the last program of the row to finish restores the zeros
-                _tick(stats, r, 7, s_idx, TIMING)
+                _tick(stats, r, 7, me, TIMING)
                 tl.debug_barrier()
                 done = tl.atomic_add(ctl + 3, 1, sem="acq_rel")
-                if done == n_act - 1:
-                    for z in range(0, p * NB, 1024):
+                if done == n_row - 1:
+                    for z in range(0, ((32 + DBITS - 1) // DBITS) * NB, 1024):
                         tl.store(slot + HIST + z + tl.arange(0, 1024), tl.zeros([1024], tl.int32))
                     tl.store(ctl + tl.arange(0, 16), tl.zeros([16], tl.int32))
                     if (bracket != 0) & (stable == 0) & (L >= 4 * SAMP):

@@ -152,7 +152,7 @@ def launch(logits: Tensor, lens: Tensor, starts: Tensor, ends: Tensor, k: int, n
            min_slice: int | None = None, rank_budget: int | None = None, rt: int = RT, ct: int = CT,
            hist_mask: bool | None = None, dbits: int = DBITS, sparse_max: int | None = None,
            fuse: bool = True, bracket: bool = True, stats: Tensor | None = None, nbw: int | None = None,
-           samp: int = SAMP, catom: bool = True) -> None:
+           samp: int = SAMP, catom: bool = True, finisher: bool = True) -> None:
     """Fill ``out`` (R, k) int32 with the cooperative radix kernel (keywords: tuning).
 
     ``bracket``: non-stable rows of at least 4 x SAMP columns start with the sampled window
@@ -190,7 +190,7 @@ def launch(logits: Tensor, lens: Tensor, starts: Tensor, ends: Tensor, k: int, n
         logits, logits.stride(0), lens, starts, ends, out, ws, out if stats is None else stats,
         rows, width, k, next_n, p.slices, int(is_prefill), int(stable), p.cand_cap, ws.stride(0), min_slice,
         p.rank_budget if rank_budget is None else rank_budget, sparse_max, int(fuse), int(bracket),
-        int(stats is not None),
+        int(stats is not None), int(finisher),
         BLOCK=block, RT=rt, CT=ct, PMAX=PMAX, HMASK=_hist_mask() if hist_mask is None else hist_mask,
         DBITS=dbits, NB=1 << dbits, RB=RB, SAMP=samp, NBW=min(NBW, 256 * num_warps) if nbw is None else nbw,
         CATOM=catom, TIMING=timing, num_warps=num_warps,
