@@ -374,6 +374,23 @@ def test_workspaces_are_cached_per_kernel_and_size():
     assert radix_launch.workspace(cpu, 3, 64).shape == (3, 64)
 
 
+def test_radix_bracket_switch(monkeypatch):
+    """DSA_OPS_TRITON_BRACKET forces the bracket on or off; a bad value is refused by name;
+    the candidate buffer holds the window the bracket expects at that width."""
+    from dsa_ops.backends.triton import radix_launch as rl
+
+    cpu = torch.device("cpu")
+    p = rl.plan(1, 133120, cpu)
+    assert p.cand_cap // 2 >= rl.window_bound(133120, 2048) > 2048
+    monkeypatch.setenv("DSA_OPS_TRITON_BRACKET", "0")
+    assert rl.use_bracket(p) is False
+    monkeypatch.setenv("DSA_OPS_TRITON_BRACKET", "1")
+    assert rl.use_bracket(p) is True
+    monkeypatch.setenv("DSA_OPS_TRITON_BRACKET", "yes")
+    with pytest.raises(ValueError, match="DSA_OPS_TRITON_BRACKET"):
+        rl.use_bracket(p)
+
+
 def test_radix_plan_bounds():
     """Split plans never exceed the co-resident programs; CPU plans are one program per row."""
     from dsa_ops.backends.triton import radix_launch as rl

@@ -140,6 +140,17 @@ def tuning(rows: int) -> dict:
     return {"block": BLOCK, "num_warps": NUM_WARPS, "per_sm": PER_SM, "min_slice": MIN_SLICE}
 
 
+def use_bracket(p: RadixPlan) -> bool:
+    """Whether a launch of plan ``p`` starts with the bracket (a host choice: graph-safe).
+    ``DSA_OPS_TRITON_BRACKET=1`` / ``0`` forces it on / off; the default is on."""
+    env = os.environ.get("DSA_OPS_TRITON_BRACKET", "auto")
+    if env not in ("auto", "0", "1"):
+        raise ValueError(f"DSA_OPS_TRITON_BRACKET must be auto, 0 or 1, got {env!r}")
+    if env != "auto":
+        return env == "1"
+    return True
+
+
 def workspace(device: torch.device, slots: int, stride: int) -> Tensor:
     """int32 (slots, stride) zeros, cached per stream (see ``launch.cached_workspace``)."""
     return cached_workspace(device, ("radix", slots, stride),
@@ -151,12 +162,12 @@ def launch(logits: Tensor, lens: Tensor, starts: Tensor, ends: Tensor, k: int, n
            block: int | None = None, num_warps: int | None = None, per_sm: int | None = None,
            min_slice: int | None = None, rank_budget: int | None = None, rt: int = RT, ct: int = CT,
            hist_mask: bool | None = None, dbits: int = DBITS, sparse_max: int | None = None,
-           fuse: bool = True, bracket: bool = True, stats: Tensor | None = None, nbw: int | None = None,
+           fuse: bool = True, bracket: bool | None = None, stats: Tensor | None = None, nbw: int | None = None,
            samp: int = SAMP, catom: bool = True, finisher: bool = True) -> None:
     """Fill ``out`` (R, k) int32 with the cooperative radix kernel (keywords: tuning).
 
     ``bracket``: non-stable rows of at least 4 x SAMP columns start with the sampled window
-    (one read; see ``kernels_radix``). ``stats``: an int32 (R, 2) tensor that receives each
+    (one read; see ``kernels_radix``); None: :func:`use_bracket`. ``stats``: an int32 (R, 2) tensor that receives each
     bracketed row's path and window size (tests and probes; rows without the bracket keep
     their values)."""
     from dsa_ops.backends.triton.kernels_radix import radix_kernel
@@ -183,6 +194,8 @@ def launch(logits: Tensor, lens: Tensor, starts: Tensor, ends: Tensor, k: int, n
     num_warps = t["num_warps"] if num_warps is None else num_warps
     min_slice = t["min_slice"] if min_slice is None else min_slice
     p = plan(rows, width, logits.device, slices, block, num_warps, per_sm, k)
+    if bracket is None:
+        bracket = use_bracket(p)
     if sparse_max is None:
         sparse_max = SPARSE_MAX if p.slices > 1 else SPARSE_ROW
     ws = workspace(logits.device, p.grid0, p.ws_stride)
