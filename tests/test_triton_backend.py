@@ -231,7 +231,9 @@ def test_radix_bracket_paths(gen, width, k):
 @pytest.mark.parametrize("k", [512, 64])
 def test_radix_bracket_finisher(gen, monkeypatch, k):
     """Split rows (16 programs) with the finisher: no barrier, the last program to arrive
-    finishes the row alone (one pass over every region, then rank, passes or the whole row).
+    finishes the row alone (one pass over every region, then rank, passes or the whole row;
+    the last row's bin is a dense cluster that needs passes after the region pass wrote
+    the clear winners).
     Programs never wait on one another on this path, so the interpreter can run a split
     plan; every bracket path must reach the exact answer (and with the finisher off, the
     same rows take the barrier path, which the interpreter cannot run)."""
@@ -242,13 +244,18 @@ def test_radix_bracket_finisher(gen, monkeypatch, k):
     monkeypatch.setattr(radix_launch, "plan", lambda rows, w, dev, *a, **kw: radix_launch.RadixPlan(
         grid0=rows, slices=16, cand_cap=real_plan(rows, w, dev, *a, **kw).cand_cap, rank_budget=4096))
     x = _bracket_rows(gen, width, k, width // 256)
-    x = torch.cat([x, torch.round(torch.randn(1, width, generator=gen) * 3)])  # ties across regions
-    lt = torch.full((5,), width, dtype=torch.int32)
-    stats = torch.full((5, 2), -1, dtype=torch.int32)
-    out = poisoned_out(5, k)
+    tie = torch.round(torch.randn(1, width, generator=gen) * 3)  # ties across regions
+    dense = torch.randn(1, width, generator=gen) * 0.01  # k // 2 clear winners, then a dense cluster
+    cols = torch.randperm(width, generator=gen)
+    dense[0, cols[:k // 2]] = 100.0 + torch.rand(k // 2, generator=gen) * 200.0
+    dense[0, cols[k // 2:3 * k]] = 0.3 + torch.rand(3 * k - k // 2, generator=gen) * 1e-4
+    x = torch.cat([x, tie, dense])
+    lt = torch.full((6,), width, dtype=torch.int32)
+    stats = torch.full((6, 2), -1, dtype=torch.int32)
+    out = poisoned_out(6, k)
     radix_launch.launch(x, lt, lt, lt, k, 1, False, False, out, stats=stats, block=128, min_slice=128)
     assert_decode_equivalent(out, x, lt, k)
-    assert stats[:4, 0].tolist() == [1, 2, 3, 3] and stats[4, 0] in (1, 2), stats
+    assert stats[:4, 0].tolist() == [1, 2, 3, 3] and stats[4, 0] in (1, 2) and stats[5, 0] == 1, stats
 
 
 @interp

@@ -56,8 +56,7 @@ if "smoke" in SECTIONS:
     assert_decode_equivalent(out, x, lt, K)
     log("smoke ok", radix.plan(2, 133120, x.device))
 
-VARIANTS = [("default", {}), ("no bracket", dict(bracket=False)), ("no finisher", dict(finisher=False)),
-            ("scan slots", dict(catom=False))]
+VARIANTS = [("default", {}), ("no bracket", dict(bracket=False)), ("no finisher", dict(finisher=False))]
 if "check" in SECTIONS:
     n = 0
     t0 = time.time()
@@ -201,7 +200,7 @@ if "stable" in SECTIONS:
     res["stable"] = st
     save()
 
-PREFILL_VARIANTS = [("default", {}), ("no bracket", dict(bracket=False)), ("scan slots", dict(catom=False))]
+PREFILL_VARIANTS = [("default", {}), ("no bracket", dict(bracket=False))]
 if "prefill" in SECTIONS:
     pre = []
     R = 16384

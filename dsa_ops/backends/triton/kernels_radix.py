@@ -519,6 +519,9 @@ def radix_kernel(logits, stride_r, lens, starts, ends, out, ws, stats,
                                              cand_k + half, cand_i + half, half, BLOCK)
                                 if take != 0:
                                     alive = tl.zeros([], tl.int32)
+                                else:  # later winners take the slots after the k - need written here
+                                    tl.store(ctl + 1, k - need)
+                                    tl.debug_barrier()
                                 gofs = half  # the bin's keys are now the gathered ones
                                 q0 = tl.zeros([], tl.int32)
                                 q1 = cb
