@@ -253,7 +253,8 @@ def test_radix_bracket_finisher(gen, monkeypatch, k):
     lt = torch.full((6,), width, dtype=torch.int32)
     stats = torch.full((6, 2), -1, dtype=torch.int32)
     out = poisoned_out(6, k)
-    radix_launch.launch(x, lt, lt, lt, k, 1, False, False, out, stats=stats, block=128, min_slice=128)
+    radix_launch.launch(x, lt, lt, lt, k, 1, False, False, out, stats=stats, block=128, min_slice=128,
+                        bracket=True, finisher=True)
     assert_decode_equivalent(out, x, lt, k)
     assert stats[:4, 0].tolist() == [1, 2, 3, 3] and stats[4, 0] in (1, 2) and stats[5, 0] == 1, stats
 
@@ -267,7 +268,8 @@ def test_radix_launch_refuses_bad_knobs():
     out = poisoned_out(2, 64)
     for kw, msg in ((dict(samp=300), "samp"), (dict(nbw=100), "nbw"),
                     (dict(stats=torch.zeros(2, 3, dtype=torch.int32)), "stats"),
-                    (dict(stats=torch.zeros(2, 2, dtype=torch.int64)), "stats")):
+                    (dict(stats=torch.zeros(2, 2, dtype=torch.int64)), "stats"),
+                    (dict(bracket=1000), "bracket"), (dict(bracket=2.5e4), "bracket")):
         with pytest.raises(ValueError, match=msg):
             radix_launch.launch(x, lt, lt, lt, 64, 1, False, False, out, **kw)
     assert (out == POISON).all()
@@ -383,19 +385,27 @@ def test_workspaces_are_cached_per_kernel_and_size():
 
 def test_radix_bracket_switch(monkeypatch):
     """DSA_OPS_TRITON_BRACKET forces the bracket on or off; a bad value is refused by name;
-    the candidate buffer holds the window the bracket expects at that width."""
+    auto brackets every row-mode row of >= 4 x samp and split rows from a length that never
+    falls under that floor; the candidate buffer holds the window the bracket expects."""
     from dsa_ops.backends.triton import radix_launch as rl
 
     cpu = torch.device("cpu")
     p = rl.plan(1, 133120, cpu)
     assert p.cand_cap // 2 >= rl.window_bound(133120, 2048) > 2048
+    split = [rl.RadixPlan(grid0=r, slices=8, cand_cap=p.cand_cap, rank_budget=4096) for r in (1, 2, 8, 31, 32, 64, 4096)]
     monkeypatch.setenv("DSA_OPS_TRITON_BRACKET", "0")
-    assert rl.use_bracket(p) is False
+    assert rl.bracket_min_len(p, 1) == 0 and all(rl.bracket_min_len(q, q.grid0) == 0 for q in split)
     monkeypatch.setenv("DSA_OPS_TRITON_BRACKET", "1")
-    assert rl.use_bracket(p) is True
+    assert rl.bracket_min_len(p, 1) == 1024 and rl.bracket_min_len(p, 1, samp=128) == 512
+    assert all(rl.bracket_min_len(q, q.grid0) == 1024 for q in split)
+    monkeypatch.setenv("DSA_OPS_TRITON_BRACKET", "auto")
+    assert rl.bracket_min_len(p, 1) == 1024
+    auto = [rl.bracket_min_len(q, q.grid0) for q in split]
+    assert all(isinstance(v, int) and (v == 0 or v >= 1024) for v in auto), auto
+    assert auto[0] > 0 and auto[2] == 0 and auto[-1] > 0, auto  # one row, 8 rows, many rows (measured rule)
     monkeypatch.setenv("DSA_OPS_TRITON_BRACKET", "yes")
     with pytest.raises(ValueError, match="DSA_OPS_TRITON_BRACKET"):
-        rl.use_bracket(p)
+        rl.bracket_min_len(p, 1)
 
 
 def test_radix_plan_bounds():

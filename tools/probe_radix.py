@@ -1,7 +1,7 @@
 """Device probe for the triton backend's kernels: check against the reference, then time
 variants (graph replay, L2 flushed, median of 30). Writes JSON to argv[1].
 
-Sections (argv[2], comma list): smoke, check, paths, decode, prefill, stable. ``paths``
+Sections (argv[2], comma list): smoke, check, paths, phases, decode, sweep, prefill, stable. ``paths``
 records which way the bracket went per row (kernel stats) on several data distributions.
 """
 
@@ -56,7 +56,8 @@ if "smoke" in SECTIONS:
     assert_decode_equivalent(out, x, lt, K)
     log("smoke ok", radix.plan(2, 133120, x.device))
 
-VARIANTS = [("default", {}), ("no bracket", dict(bracket=False)), ("no finisher", dict(finisher=False))]
+VARIANTS = [("default", {}), ("bracket on", dict(bracket=True)), ("no bracket", dict(bracket=False)),
+            ("finisher", dict(bracket=True, finisher=True))]
 if "check" in SECTIONS:
     n = 0
     t0 = time.time()
@@ -121,7 +122,7 @@ if "paths" in SECTIONS:
             lt = lens_for(rows, L, gen)
             out = torch.full((rows, K), -7, dtype=torch.int32, device="cuda")
             st = torch.full((rows, 2), -1, dtype=torch.int32, device="cuda")
-            run_radix(x, lt, out, stats=st)
+            run_radix(x, lt, out, stats=st, bracket=True)
             assert_decode_equivalent(out, x, lt, K)
             path = st[:, 0].cpu()
             pr.append({"dist": name, "W": width, "rows": rows, "L": L,
@@ -158,7 +159,7 @@ if "phases" in SECTIONS:  # global-timer ns of the reporting program (r, 0) (aft
         for _ in range(15):
             st = torch.zeros((rows, 10), dtype=torch.int32, device="cuda")
             fb.fill_(1)
-            run_radix(x, lt, out, stats=st)
+            run_radix(x, lt, out, stats=st, bracket=True)
             torch.cuda.synchronize()
             t = st[:, 2:].long()
             samples.append(((t[:, 1:] - t[:, :-1]) % (1 << 32)).float())
@@ -184,6 +185,21 @@ if "decode" in SECTIONS:
             log(rec)
             rows_out.append(rec)
     res["decode"] = rows_out
+    save()
+
+if "sweep" in SECTIONS:  # where the bracket pays, by batch and live length (split mode)
+    sw = []
+    for width, rows in [(133120, r) for r in (1, 2, 4, 8, 16, 32, 64)] + [(1048576, 8)]:
+        x = torch.randn(rows, width, device="cuda")
+        out = torch.empty(rows, K, dtype=torch.int32, device="cuda")
+        for L in (4096, 8192, 16384, 32768, 65536, 131072):
+            lt = lens_for(rows, L, gen)
+            rec = {"W": width, "rows": rows, "L": L}
+            for name, kw in (("on", dict(bracket=True)), ("off", dict(bracket=False))):
+                rec[name] = round(time_graph(lambda: run_radix(x, lt, out, **kw)).median, 1)
+            log(rec)
+            sw.append(rec)
+    res["sweep"] = sw
     save()
 
 if "stable" in SECTIONS:

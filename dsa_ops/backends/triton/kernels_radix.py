@@ -4,7 +4,8 @@ Row r of live length L > k is split over ``n_act`` programs (contiguous slices o
 blocks, in index order). Order keys (contract §1.1) as signed int32, smaller = better; the
 radix works on ``u = skey ^ INT_MIN`` whose *unsigned* order is the same.
 
-0. Bracket (``bracket``, non-stable rows of L >= 4 x SAMP; the default path). Every
+0. Bracket (non-stable rows of L >= ``br_min`` > 0; the host picks br_min >= 4 x SAMP, see
+   ``radix_launch.bracket_min_len``). Every
    program reads the same SAMP strided samples of the row and sorts them; sample rank
    q + m (q the k-th's expected rank, m = 4.5 sigma + 2) gives the window's top key
    t_hi, and rank q - m (or, past the best sample, the window's width below it) the base
@@ -418,10 +419,10 @@ def _bracket(row, L, k, SAMP: tl.constexpr, NBW: tl.constexpr):
 
 @triton.jit(do_not_specialize=["stride_r", "R", "W", "k", "next_n", "n_slices", "is_prefill", "stable",
                                "cand_cap", "ws_stride", "min_slice", "rank_budget", "sparse_max", "fuse",
-                               "bracket", "want_stats", "finisher"])
+                               "br_min", "want_stats", "finisher"])
 def radix_kernel(logits, stride_r, lens, starts, ends, out, ws, stats,
                  R, W, k, next_n, n_slices, is_prefill, stable, cand_cap, ws_stride, min_slice, rank_budget,
-                 sparse_max, fuse, bracket, want_stats, finisher,
+                 sparse_max, fuse, br_min, want_stats, finisher,
                  BLOCK: tl.constexpr, RT: tl.constexpr, CT: tl.constexpr, PMAX: tl.constexpr,
                  HMASK: tl.constexpr, DBITS: tl.constexpr, NB: tl.constexpr, RB: tl.constexpr,
                  SAMP: tl.constexpr, NBW: tl.constexpr, CATOM: tl.constexpr = True,
@@ -471,7 +472,7 @@ def radix_kernel(logits, stride_r, lens, starts, ends, out, ws, stats,
                 me = (s_idx == 0).to(tl.int32)  # reports the row's stats
                 _tick(stats, r, 0, me, TIMING)
                 key0 = _skey(tl.load(row + lo + ar, mask=lo + ar < hi, other=0.0))  # first block, kept
-                if (bracket != 0) & (stable == 0) & (L >= 4 * SAMP):
+                if (br_min > 0) & (stable == 0) & (L >= br_min):
                     # one read: every key up to the sampled window's top -> this program's region
                     # of the buffer, binned; then the k-th key's bin is a prefix of the gathered keys
                     x1 = tl.load(row + lo + BLOCK + ar, mask=lo + BLOCK + ar < hi, other=0.0)  # in flight meanwhile
@@ -619,7 +620,7 @@ def radix_kernel(logits, stride_r, lens, starts, ends, out, ws, stats,
                     for z in range(0, ((32 + DBITS - 1) // DBITS) * NB, 1024):
                         tl.store(slot + HIST + z + tl.arange(0, 1024), tl.zeros([1024], tl.int32))
                     tl.store(ctl + tl.arange(0, 16), tl.zeros([16], tl.int32))
-                    if (bracket != 0) & (stable == 0) & (L >= 4 * SAMP):
+                    if (br_min > 0) & (stable == 0) & (L >= br_min):
                         for z in range(0, NBW, 1024):
                             tl.store(whist + z + tl.arange(0, 1024), tl.zeros([1024], tl.int32))
                     tl.store(pcnt + tl.arange(0, 2 * PMAX), tl.zeros([2 * PMAX], tl.int32))  # counts, slot counters

@@ -43,6 +43,10 @@ ROW_RANK_BUDGET = 1 << 21  # one program ranks up to ~1448 candidates (~8K compa
 ROW_PROGRAMS_PER_SM = 1  # one wave of persistent programs (the bracket buffers make slots large)
 SAMP = 256  # bracket: strided samples of the row that place the window of the k-th key
 NBW = 2048  # bracket: bins over the window at most (256 per warp: more spill registers)
+# split mode, (rows below, bracket from live length L; 0: never), from the v4 sweep (run 21): one
+# row gains 1-3 us from 8K on; 2-15 rows lose up to 5 us at every length; 16 rows gain from
+# 128K (tie at 64K), 32 and 64 rows from 32K (64 x 128K: 109 -> 65 us)
+SPLIT_BRACKET_FROM = ((2, 1 << 13), (16, 0), (32, 98304), (1 << 30, 1 << 15))
 HEAD = 12304 + 2 * PMAX + NBW  # histograms, counters, per-program counts, window bins (int32 entries)
 MANY_ROWS = 16  # from this many rows up, :func:`tuning` picks smaller, more numerous programs
 SPARSE_MAX = 4096  # split mode: later passes use per-key atomics when at most this many keys of the row match
@@ -140,15 +144,32 @@ def tuning(rows: int) -> dict:
     return {"block": BLOCK, "num_warps": NUM_WARPS, "per_sm": PER_SM, "min_slice": MIN_SLICE}
 
 
-def use_bracket(p: RadixPlan) -> bool:
-    """Whether a launch of plan ``p`` starts with the bracket (a host choice: graph-safe).
-    ``DSA_OPS_TRITON_BRACKET=1`` / ``0`` forces it on / off; the default is on."""
+def bracket_min_len(p: RadixPlan, rows: int, samp: int = SAMP) -> int:
+    """Shortest row (live length) that starts with the bracket, 0 for none: a host int, so
+    graph-safe; each row compares its own device length with it. ``DSA_OPS_TRITON_BRACKET=1``
+    / ``0`` forces the bracket on (every row of at least 4 x samp columns) / off; ``auto``
+    (the default) follows the H200 measurements in docs/benchmarks/triton-kernel-notes.md
+    (v4): always in row mode (prefill: 2-3x faster), and in split mode from the length where
+    the bracket's fixed cost (the sample sort, ~4 us) is paid back, which depends on the
+    batch."""
     env = os.environ.get("DSA_OPS_TRITON_BRACKET", "auto")
     if env not in ("auto", "0", "1"):
         raise ValueError(f"DSA_OPS_TRITON_BRACKET must be auto, 0 or 1, got {env!r}")
+    floor = 4 * samp
     if env != "auto":
-        return env == "1"
-    return True
+        return floor if env == "1" else 0
+    if p.slices == 1:
+        return floor
+    length = _split_bracket_from(rows)
+    return max(floor, length) if length else 0
+
+
+def _split_bracket_from(rows: int) -> int:
+    """Split mode: the bracket pays from this live length on (measured; see bracket_min_len)."""
+    for below, length in SPLIT_BRACKET_FROM:
+        if rows < below:
+            return length
+    raise AssertionError("SPLIT_BRACKET_FROM ends with an unbounded entry")
 
 
 def workspace(device: torch.device, slots: int, stride: int) -> Tensor:
@@ -162,12 +183,15 @@ def launch(logits: Tensor, lens: Tensor, starts: Tensor, ends: Tensor, k: int, n
            block: int | None = None, num_warps: int | None = None, per_sm: int | None = None,
            min_slice: int | None = None, rank_budget: int | None = None, rt: int = RT, ct: int = CT,
            hist_mask: bool | None = None, dbits: int = DBITS, sparse_max: int | None = None,
-           fuse: bool = True, bracket: bool | None = None, stats: Tensor | None = None, nbw: int | None = None,
-           samp: int = SAMP, catom: bool = True, finisher: bool = True) -> None:
+           fuse: bool = True, bracket: bool | int | None = None, stats: Tensor | None = None,
+           nbw: int | None = None, samp: int = SAMP, catom: bool = True, finisher: bool = False) -> None:
     """Fill ``out`` (R, k) int32 with the cooperative radix kernel (keywords: tuning).
 
-    ``bracket``: non-stable rows of at least 4 x SAMP columns start with the sampled window
-    (one read; see ``kernels_radix``); None: :func:`use_bracket`. ``stats``: an int32 (R, 2) tensor that receives each
+    ``bracket``: non-stable rows of at least 4 x samp columns start with the sampled window
+    (one read; see ``kernels_radix``): True / False for every row / none, an int for rows
+    of at least that live length (>= 4 x samp), None for :func:`bracket_min_len`.
+    ``finisher``: with 16-32 programs a row, the last to arrive after the bracket's read
+    finishes the row alone instead of a barrier (measured slower on the H200: off). ``stats``: an int32 (R, 2) tensor that receives each
     bracketed row's path and window size (tests and probes; rows without the bracket keep
     their values)."""
     from dsa_ops.backends.triton.kernels_radix import radix_kernel
@@ -195,14 +219,20 @@ def launch(logits: Tensor, lens: Tensor, starts: Tensor, ends: Tensor, k: int, n
     min_slice = t["min_slice"] if min_slice is None else min_slice
     p = plan(rows, width, logits.device, slices, block, num_warps, per_sm, k)
     if bracket is None:
-        bracket = use_bracket(p)
+        br_min = bracket_min_len(p, rows, samp)
+    elif isinstance(bracket, bool):
+        br_min = 4 * samp if bracket else 0
+    elif isinstance(bracket, int) and bracket >= 4 * samp:
+        br_min = bracket
+    else:
+        raise ValueError(f"bracket must be None, a bool or an int >= 4 x samp = {4 * samp}, got {bracket!r}")
     if sparse_max is None:
         sparse_max = SPARSE_MAX if p.slices > 1 else SPARSE_ROW
     ws = workspace(logits.device, p.grid0, p.ws_stride)
     radix_kernel[(p.grid0, p.slices)](
         logits, logits.stride(0), lens, starts, ends, out, ws, out if stats is None else stats,
         rows, width, k, next_n, p.slices, int(is_prefill), int(stable), p.cand_cap, ws.stride(0), min_slice,
-        p.rank_budget if rank_budget is None else rank_budget, sparse_max, int(fuse), int(bracket),
+        p.rank_budget if rank_budget is None else rank_budget, sparse_max, int(fuse), br_min,
         int(stats is not None), int(finisher),
         BLOCK=block, RT=rt, CT=ct, PMAX=PMAX, HMASK=_hist_mask() if hist_mask is None else hist_mask,
         DBITS=dbits, NB=1 << dbits, RB=RB, SAMP=samp, NBW=min(NBW, 256 * num_warps) if nbw is None else nbw,
