@@ -203,8 +203,8 @@ def _bracket_rows(gen, width, k, st):
 
 
 @interp
-@pytest.mark.parametrize("width, k", [(6000, 512), (5000, 64)])
-def test_radix_bracket_paths(gen, width, k):
+@pytest.mark.parametrize("width, k, pipe", [(6000, 512, False), (5000, 64, True)])
+def test_radix_bracket_paths(gen, width, k, pipe):
     """Every way out of the bracket, checked by the kernel's path stats, reaches the exact
     answer; stable rows and rows under 4 x samp columns never take the bracket."""
     from dsa_ops.backends.triton import radix_launch
@@ -214,7 +214,8 @@ def test_radix_bracket_paths(gen, width, k):
     lt = torch.full((4,), width, dtype=torch.int32)
     stats = torch.full((4, 2), -1, dtype=torch.int32)
     out = poisoned_out(4, k)
-    radix_launch.launch(x, lt, lt, lt, k, 1, False, False, out, stats=stats)
+    radix_launch.launch(x, lt, lt, lt, k, 1, False, False, out, stats=stats, pipe=pipe, samp=256,
+                        prefetch=2 if pipe else 1)
     assert_decode_equivalent(out, x, lt, k)
     assert stats[:, 0].tolist() == [1, 2, 3, 3], stats
     assert stats[0, 1] >= k and stats[1, 1] >= k and stats[2, 1] < k and stats[3, 1] >= 1 << 24
@@ -222,7 +223,7 @@ def test_radix_bracket_paths(gen, width, k):
     for stable in (False, True):
         stats.fill_(-1)
         out = poisoned_out(4, k)
-        radix_launch.launch(x, short, short, short, k, 1, False, stable, out, stats=stats)
+        radix_launch.launch(x, short, short, short, k, 1, False, stable, out, stats=stats, samp=256)
         assert_decode_equivalent(out, x, short, k, stable=stable)
         assert stats[0].tolist() == [-1, -1] and (stats[1:, 0] >= 1).all() != stable, stats
 
@@ -254,7 +255,7 @@ def test_radix_bracket_finisher(gen, monkeypatch, k):
     stats = torch.full((6, 2), -1, dtype=torch.int32)
     out = poisoned_out(6, k)
     radix_launch.launch(x, lt, lt, lt, k, 1, False, False, out, stats=stats, block=128, min_slice=128,
-                        bracket=True, finisher=True)
+                        bracket=True, finisher=True, samp=256)
     assert_decode_equivalent(out, x, lt, k)
     assert stats[:4, 0].tolist() == [1, 2, 3, 3] and stats[4, 0] in (1, 2) and stats[5, 0] == 1, stats
 
@@ -266,7 +267,7 @@ def test_radix_launch_refuses_bad_knobs():
     x = torch.randn(2, 3000)
     lt = torch.full((2,), 3000, dtype=torch.int32)
     out = poisoned_out(2, 64)
-    for kw, msg in ((dict(samp=300), "samp"), (dict(nbw=100), "nbw"),
+    for kw, msg in ((dict(samp=300), "samp"), (dict(nbw=100), "nbw"), (dict(prefetch=3), "prefetch"),
                     (dict(stats=torch.zeros(2, 3, dtype=torch.int32)), "stats"),
                     (dict(stats=torch.zeros(2, 2, dtype=torch.int64)), "stats"),
                     (dict(bracket=1000), "bracket"), (dict(bracket=2.5e4), "bracket")):
@@ -301,7 +302,9 @@ def test_radix_properties(draws):
     """Hypothesis cases of tests/test_properties.py (any fp32 bits, ties, sliced rows, every
     length layout) through the radix kernel with random knobs: small blocks (multi-block
     slices), 4..8-bit digits, no / default / unbounded early exit, dense or sparse later
-    passes, with or without the bracket (rows of at least 4 x samp columns)."""
+    passes, with or without the bracket (rows of at least 4 x samp columns), its slot
+    atomics plain / pipelined or a block scan, one or two blocks of loads in flight, the
+    gathered keys emitted solo or with atomics."""
     from dsa_ops.backends.triton import radix_launch
 
     x, lengths, next_n, k, windows = draws.draw(decode_case(exact=True))
@@ -311,7 +314,9 @@ def test_radix_properties(draws):
     knobs = dict(block=draws.draw(st.sampled_from([16, 64, 1024])), dbits=draws.draw(st.sampled_from([4, 5, 8])),
                  rank_budget=draws.draw(st.sampled_from([0, None, 1 << 40])),
                  sparse_max=draws.draw(st.sampled_from([0, 64, 1 << 30])), fuse=draws.draw(st.booleans()),
-                 bracket=draws.draw(st.booleans()), samp=draws.draw(st.sampled_from([128, 256])))
+                 bracket=draws.draw(st.booleans()), samp=draws.draw(st.sampled_from([None, 128, 256])),
+                 catom=draws.draw(st.booleans()), pipe=draws.draw(st.booleans()), solo_emit=draws.draw(st.booleans()),
+                 prefetch=draws.draw(st.sampled_from([None, 1, 2])))
     flat = lengths.reshape(-1)
     nn = 1 if flat.numel() == x.shape[0] else next_n
     for stable in (False, True):

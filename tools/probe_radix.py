@@ -56,8 +56,8 @@ if "smoke" in SECTIONS:
     assert_decode_equivalent(out, x, lt, K)
     log("smoke ok", radix.plan(2, 133120, x.device))
 
-VARIANTS = [("default", {}), ("bracket on", dict(bracket=True)), ("no bracket", dict(bracket=False)),
-            ("finisher", dict(bracket=True, finisher=True))]
+VARIANTS = [("default", {}), ("bracket on", dict(bracket=True)),
+            ("bracket on, prefetch 2", dict(bracket=True, prefetch=2)), ("no bracket", dict(bracket=False))]
 if "check" in SECTIONS:
     n = 0
     t0 = time.time()
@@ -237,5 +237,36 @@ if "prefill" in SECTIONS:
         pre.append(rec)
         del x
     res["prefill_ms"] = pre
+    save()
+if "prefill_var" in SECTIONS:  # row-mode knobs, and where a prefill row's time goes
+    pv = []
+    R = 16384
+    kinds = [("default", {}), ("prefetch 1", dict(prefetch=1)), ("samp 256", dict(samp=256)),
+             ("prefetch 1, samp 256", dict(prefetch=1, samp=256)), ("prefetch 1, samp 256, solo emit off",
+                                                                     dict(prefetch=1, samp=256, solo_emit=False))]
+    for C in (16384, 131072):
+        x = torch.randn(R, C, device="cuda")
+        s = torch.zeros(R, dtype=torch.int32, device="cuda")
+        e = (torch.arange(R, dtype=torch.int32, device="cuda") + (C - R + 1))
+        out = torch.empty(R, K, dtype=torch.int32, device="cuda")
+        st = torch.zeros((R, 10), dtype=torch.int32, device="cuda")
+        radix.launch(x, s, s, e, K, 1, True, False, out, stats=st)
+        torch.cuda.synchronize()
+        t = st[:, 2:].long()
+        d = ((t[:, 1:] - t[:, :-1]) % (1 << 32)).float()
+        ok = (st[:, 0] == 1)
+        rec = {"C": C, "rows bracketed": int(ok.sum()),
+               "ns median over bracketed rows": dict(zip(PHASES, d[ok].median(dim=0).values.int().tolist())),
+               "row ns median": int(d[ok].sum(dim=1).median())}
+        for name, kw in kinds:
+            fn = lambda kw=kw: radix.launch(x, s, s, e, K, 1, True, False, out, **kw)  # noqa: E731
+            fn()
+            idx = torch.tensor([0, 5000, R - 1], device="cuda")
+            assert_prefill_equivalent(out[idx], x[idx], s[idx], e[idx], K)
+            rec[name] = round(time_eager(fn, reps=3, warmup=1).median / 1000, 2)
+        log(rec)
+        pv.append(rec)
+        del x
+    res["prefill_var"] = pv
     save()
 log("done")

@@ -171,12 +171,14 @@ def _split_block(s, col, v, pmask, pval, out_row, bctr, ctl, k, need, take_all, 
 
 @triton.jit
 def _bracket_pass(row, lo, hi, s0, x1, t_hi, s_base, sh, dk, di, capp, whist, ctr, BLOCK: tl.constexpr,
-                  CATOM: tl.constexpr):
+                  CATOM: tl.constexpr, PIPE: tl.constexpr, PF: tl.constexpr):
     """The bracket's one read of [lo, hi): every key up to ``t_hi`` goes to this program's
     region of the buffer (dk, di: ``capp`` slots) and, when at or above ``s_base``, adds one
     to bin ``1 + (key - s_base) >> sh`` of ``whist``. Slots: CATOM, one atomic per such key
     on the program's counter ``ctr`` (any order: no CTA-wide scan or barrier per block);
-    otherwise a block cumsum. Returns (keys up to t_hi, keys below s_base); slots past
+    otherwise a block cumsum. PIPE (with CATOM): a block's keys are stored one block later,
+    so the slot atomics' round trip overlaps the next block. Returns (keys up to t_hi, keys
+    below s_base); PF (1 or 2): blocks of loads in flight ahead of the one at work. Slots past
     ``capp`` are not written. ``s0``: the first block's keys, ``x1``: the second block's
     values (loaded early)."""
     ar = tl.arange(0, BLOCK)
@@ -184,19 +186,37 @@ def _bracket_pass(row, lo, hi, s0, x1, t_hi, s_base, sh, dk, di, capp, whist, ct
     x = x1
     cnt = tl.zeros([], tl.int32)
     und = tl.zeros([], tl.int32)
+    p_pc = tl.zeros([BLOCK], tl.int32)  # PIPE: the previous block's slots, keys, columns
+    p_s = tl.zeros([BLOCK], tl.int32)
+    p_o = tl.zeros([BLOCK], tl.int32)
+    p_in = tl.zeros([BLOCK], tl.int1)
+    if PF == 2:
+        y = tl.load(row + lo + 2 * BLOCK + ar, mask=lo + 2 * BLOCK + ar < hi, other=0.0)
     for start in range(lo, hi, BLOCK):
         o = start + ar
         if start > lo:
             s = _skey(x)
-            x = tl.load(row + o + BLOCK, mask=o + BLOCK < hi, other=0.0)
+            if PF == 2:
+                x = y
+                y = tl.load(row + o + 2 * BLOCK, mask=o + 2 * BLOCK < hi, other=0.0)
+            else:
+                x = tl.load(row + o + BLOCK, mask=o + BLOCK < hi, other=0.0)
         inw = (o < hi) & (s <= t_hi)
         binned = inw & (s >= s_base)
         d = ((s.to(tl.uint32, bitcast=True) - s_base.to(tl.uint32, bitcast=True)) >> sh.to(tl.uint32)).to(tl.int32)
         tl.atomic_add(whist + 1 + d, 1, mask=binned, sem="relaxed")
         if CATOM:
             pc = tl.atomic_add(ctr + tl.zeros([BLOCK], tl.int32), 1, mask=inw, sem="relaxed")
-            tl.store(dk + pc, s, mask=inw & (pc < capp))
-            tl.store(di + pc, o, mask=inw & (pc < capp))
+            if PIPE:
+                tl.store(dk + p_pc, p_s, mask=p_in & (p_pc < capp))
+                tl.store(di + p_pc, p_o, mask=p_in & (p_pc < capp))
+                p_pc = pc
+                p_s = s
+                p_o = o
+                p_in = inw
+            else:
+                tl.store(dk + pc, s, mask=inw & (pc < capp))
+                tl.store(di + pc, o, mask=inw & (pc < capp))
         else:
             n2 = tl.sum(inw.to(tl.int32) + (binned.to(tl.int32) << 16))  # both counts in one reduction
             nc = n2 & 0xFFFF
@@ -207,6 +227,9 @@ def _bracket_pass(row, lo, hi, s0, x1, t_hi, s_base, sh, dk, di, capp, whist, ct
             cnt += nc
             und += nc - (n2 >> 16)
     if CATOM:
+        if PIPE:
+            tl.store(dk + p_pc, p_s, mask=p_in & (p_pc < capp))
+            tl.store(di + p_pc, p_o, mask=p_in & (p_pc < capp))
         tl.debug_barrier()
         cnt = tl.atomic_add(ctr, 0, sem="relaxed")  # every slot of this program was taken
         und = -1  # the caller derives it from the bins
@@ -286,17 +309,52 @@ def _buf_count(cand_k, q0, q1, pmask, pval, shift, ghist, RB: tl.constexpr, NB: 
 
 
 @triton.jit
-def _buf_emit(cand_k, cand_i, q0, q1, pmask, pval, out_row, ctl, k, need, take_all, c2k, c2i, cap,
+def _buf_emit(cand_k, cand_i, q0, q1, pmask, pval, out_row, ctl, k, need, take_all, c2k, c2i, cap, solo,
               RB: tl.constexpr):
     """``_split_block`` over the gathered keys [q0, q1): the bin's keys get the slots of
-    ctl[4] and go to the second buffer (c2k, c2i) unless taken whole."""
+    ctl[4] and go to the second buffer (c2k, c2i) unless taken whole. ``solo`` (the row's
+    only program): running slot counts in registers (read from ctl[1] / ctl[4] once, written
+    back at the end) and the next chunk prefetched, instead of two dependent atomics a chunk."""
     r = tl.arange(0, RB)
-    for start in range(q0, q1, RB):
-        o = start + r
-        v = o < q1
-        s = tl.load(cand_k + o, mask=v, other=0, cache_modifier=".cg")
-        col = tl.load(cand_i + o, mask=v, other=0, cache_modifier=".cg")
-        _split_block(s, col, v, pmask, pval, out_row, ctl + 4, ctl, k, need, take_all, c2k, c2i, cap)
+    if solo != 0:
+        tl.debug_barrier()  # every warp's earlier slot atomics are done
+        bw = tl.load(ctl + 1, cache_modifier=".cg")
+        bc = tl.load(ctl + 4, cache_modifier=".cg")
+        pv = pval ^ INT_MIN
+        v = q0 + r < q1
+        s = tl.load(cand_k + q0 + r, mask=v, other=0, cache_modifier=".cg")
+        col = tl.load(cand_i + q0 + r, mask=v, other=0, cache_modifier=".cg")
+        for start in range(q0, q1, RB):
+            vn = start + RB + r < q1
+            sn = tl.load(cand_k + start + RB + r, mask=vn, other=0, cache_modifier=".cg")
+            coln = tl.load(cand_i + start + RB + r, mask=vn, other=0, cache_modifier=".cg")
+            mu = ((s ^ INT_MIN) & pmask) ^ INT_MIN
+            win = v & (mu < pv)
+            cand = v & (mu == pv)
+            both = tl.cumsum(win.to(tl.int32) + (cand.to(tl.int32) << 16), axis=0)  # one scan for both
+            tl.store(out_row + bw + (both & 0xFFFF) - 1, col, mask=win)
+            pc = bc + (both >> 16) - 1
+            if take_all != 0:
+                tl.store(out_row + (k - need) + pc, col, mask=cand & (pc < need))
+            else:
+                tl.store(c2k + pc, s, mask=cand & (pc < cap))
+                tl.store(c2i + pc, col, mask=cand & (pc < cap))
+            tot = tl.max(both)  # (both counts only grow)
+            bw += tot & 0xFFFF
+            bc += tot >> 16
+            s = sn
+            col = coln
+            v = vn
+        tl.debug_barrier()
+        tl.store(ctl + 1, bw)
+        tl.store(ctl + 4, bc)
+    else:
+        for start in range(q0, q1, RB):
+            o = start + r
+            v = o < q1
+            s = tl.load(cand_k + o, mask=v, other=0, cache_modifier=".cg")
+            col = tl.load(cand_i + o, mask=v, other=0, cache_modifier=".cg")
+            _split_block(s, col, v, pmask, pval, out_row, ctl + 4, ctl, k, need, take_all, c2k, c2i, cap)
 
 
 @triton.jit
@@ -419,13 +477,14 @@ def _bracket(row, L, k, SAMP: tl.constexpr, NBW: tl.constexpr):
 
 @triton.jit(do_not_specialize=["stride_r", "R", "W", "k", "next_n", "n_slices", "is_prefill", "stable",
                                "cand_cap", "ws_stride", "min_slice", "rank_budget", "sparse_max", "fuse",
-                               "br_min", "want_stats", "finisher"])
+                               "br_min", "want_stats", "finisher", "solo_emit"])
 def radix_kernel(logits, stride_r, lens, starts, ends, out, ws, stats,
                  R, W, k, next_n, n_slices, is_prefill, stable, cand_cap, ws_stride, min_slice, rank_budget,
-                 sparse_max, fuse, br_min, want_stats, finisher,
+                 sparse_max, fuse, br_min, want_stats, finisher, solo_emit,
                  BLOCK: tl.constexpr, RT: tl.constexpr, CT: tl.constexpr, PMAX: tl.constexpr,
                  HMASK: tl.constexpr, DBITS: tl.constexpr, NB: tl.constexpr, RB: tl.constexpr,
-                 SAMP: tl.constexpr, NBW: tl.constexpr, CATOM: tl.constexpr = True,
+                 SAMP: tl.constexpr, NBW: tl.constexpr, CATOM: tl.constexpr = True, PIPE: tl.constexpr = False,
+                 PF: tl.constexpr = 1,
                  TIMING: tl.constexpr = False):
     """Grid (G0, n_slices). n_slices > 1: G0 = R, program (r, s) owns slice s of row r and
     slot r. n_slices = 1: program g loops over rows g, g + G0, ... with slot g.
@@ -481,7 +540,7 @@ def radix_kernel(logits, stride_r, lens, starts, ends, out, ws, stats,
                     capp = half // n_act
                     q0 = s_idx * capp
                     cnt, und = _bracket_pass(row, lo, hi, key0, x1, t_hi, s_base, sh, cand_k + q0, cand_i + q0, capp,
-                                             whist, pcnt + s_idx, BLOCK, CATOM)
+                                             whist, pcnt + s_idx, BLOCK, CATOM, PIPE, PF)
                     q1 = q0 + tl.minimum(cnt, capp)
                     tl.atomic_add(ctl + 6, tl.where(cnt > capp, 1 << 24, cnt), sem="relaxed")  # overflow: poison
                     if und >= 0:
@@ -601,7 +660,7 @@ def radix_kernel(logits, stride_r, lens, starts, ends, out, ws, stats,
                         rk = cand_k + (half - gofs)
                         ri = cand_i + (half - gofs)
                         _buf_emit(cand_k + gofs, cand_i + gofs, q0, q1, pmask, pval, out_row, ctl, k, need, take_all, rk, ri,
-                                  half, RB)
+                                  half, (n_act == 1) & (solo_emit != 0), RB)
                     else:
                         _emit_pass(row, lo, hi, key0, pmask, pval, out_row, ctl, k, need, take_all, cand_k,
                                    cand_i, cand_cap, 0, ctl, 0, BLOCK, NB)

@@ -41,7 +41,9 @@ HALF_MAX_SPLIT = 32768  # gathered keys at most (half the buffer), split mode: f
 HALF_MAX_ROW = 16384  # row mode: up to 2 slots per program per multiprocessor
 ROW_RANK_BUDGET = 1 << 21  # one program ranks up to ~1448 candidates (~8K compares a thread)
 ROW_PROGRAMS_PER_SM = 1  # one wave of persistent programs (the bracket buffers make slots large)
-SAMP = 256  # bracket: strided samples of the row that place the window of the k-th key
+SAMP = 256  # bracket: strided samples of the row that place the window of the k-th key (split mode)
+SAMP_ROW = 512  # row mode (prefill): a narrower window pays for the longer sort (run 24: 7.09 -> 6.68 ms at C = 128K)
+PF_ROW = 1  # row mode: blocks of loads in flight in the bracket's read (2 measured slower: run 25, 6.7 -> 8.1 ms)
 NBW = 2048  # bracket: bins over the window at most (256 per warp: more spill registers)
 # split mode, (rows below, bracket from live length L; 0: never), from the v4 sweep (run 21): one
 # row gains 1-3 us from 8K on; 2-15 rows lose up to 5 us at every length; 16 rows gain from
@@ -184,19 +186,25 @@ def launch(logits: Tensor, lens: Tensor, starts: Tensor, ends: Tensor, k: int, n
            min_slice: int | None = None, rank_budget: int | None = None, rt: int = RT, ct: int = CT,
            hist_mask: bool | None = None, dbits: int = DBITS, sparse_max: int | None = None,
            fuse: bool = True, bracket: bool | int | None = None, stats: Tensor | None = None,
-           nbw: int | None = None, samp: int = SAMP, catom: bool = True, finisher: bool = False) -> None:
+           nbw: int | None = None, samp: int | None = None, catom: bool = True, finisher: bool = False,
+           pipe: bool = False, solo_emit: bool = True, prefetch: int | None = None) -> None:
     """Fill ``out`` (R, k) int32 with the cooperative radix kernel (keywords: tuning).
 
     ``bracket``: non-stable rows of at least 4 x samp columns start with the sampled window
     (one read; see ``kernels_radix``): True / False for every row / none, an int for rows
     of at least that live length (>= 4 x samp), None for :func:`bracket_min_len`.
     ``finisher``: with 16-32 programs a row, the last to arrive after the bracket's read
-    finishes the row alone instead of a barrier (measured slower on the H200: off). ``stats``: an int32 (R, 2) tensor that receives each
-    bracketed row's path and window size (tests and probes; rows without the bracket keep
-    their values)."""
+    finishes the row alone instead of a barrier (measured slower on the H200: off).
+    ``catom``: the bracket read takes a window key's slot with one atomic per key (else a
+    block scan); ``pipe``: it stores each block's window keys one block later, so their
+    slot atomics' round trip overlaps the next block. ``solo_emit``: a row's only program
+    emits the gathered keys with running slot counts instead of two atomics a chunk.
+    ``samp`` / ``prefetch``: None picks SAMP / 1 in split mode, SAMP_ROW / PF_ROW in row mode.
+    ``stats``: an int32 (R, 2) tensor that receives each bracketed row's path and window
+    size (tests and probes; rows without the bracket keep their values)."""
     from dsa_ops.backends.triton.kernels_radix import radix_kernel
 
-    if samp not in (128, 256, 512, 1024):
+    if samp is not None and samp not in (128, 256, 512, 1024):
         raise ValueError(f"samp must be 128, 256, 512 or 1024 (the bracket's samples), got {samp}")
     if nbw is not None and nbw not in (256, 512, 1024, 2048):
         raise ValueError(f"nbw must be 256, 512, 1024 or 2048 (the window's bins), got {nbw}")
@@ -218,6 +226,11 @@ def launch(logits: Tensor, lens: Tensor, starts: Tensor, ends: Tensor, k: int, n
     num_warps = t["num_warps"] if num_warps is None else num_warps
     min_slice = t["min_slice"] if min_slice is None else min_slice
     p = plan(rows, width, logits.device, slices, block, num_warps, per_sm, k)
+    if prefetch is not None and prefetch not in (1, 2):
+        raise ValueError(f"prefetch must be 1 or 2 (blocks in flight in the bracket's read), got {prefetch}")
+    row_mode = p.slices == 1
+    samp = (SAMP_ROW if row_mode else SAMP) if samp is None else samp
+    prefetch = (PF_ROW if row_mode else 1) if prefetch is None else prefetch
     if bracket is None:
         br_min = bracket_min_len(p, rows, samp)
     elif isinstance(bracket, bool):
@@ -233,9 +246,9 @@ def launch(logits: Tensor, lens: Tensor, starts: Tensor, ends: Tensor, k: int, n
         logits, logits.stride(0), lens, starts, ends, out, ws, out if stats is None else stats,
         rows, width, k, next_n, p.slices, int(is_prefill), int(stable), p.cand_cap, ws.stride(0), min_slice,
         p.rank_budget if rank_budget is None else rank_budget, sparse_max, int(fuse), br_min,
-        int(stats is not None), int(finisher),
+        int(stats is not None), int(finisher), int(solo_emit),
         BLOCK=block, RT=rt, CT=ct, PMAX=PMAX, HMASK=_hist_mask() if hist_mask is None else hist_mask,
         DBITS=dbits, NB=1 << dbits, RB=RB, SAMP=samp, NBW=min(NBW, 256 * num_warps) if nbw is None else nbw,
-        CATOM=catom, TIMING=timing, num_warps=num_warps,
+        CATOM=catom, PIPE=pipe, PF=prefetch, TIMING=timing, num_warps=num_warps,
         **({"maxnreg": MAXNREG} if cuda else {}),
     )
