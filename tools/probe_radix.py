@@ -46,6 +46,27 @@ def run_radix(x, lt, out, stable=False, **kw):
     radix.launch(x, lt, lt, lt, K, 1, False, stable, out, **kw)
 
 
+def causal_chunk(R, C):
+    """Starts, ends and an output for one R-row causal chunk (row r ends at C - R + r + 1)."""
+    s = torch.zeros(R, dtype=torch.int32, device="cuda")
+    e = torch.arange(R, dtype=torch.int32, device="cuda") + (C - R + 1)
+    return s, e, torch.empty(R, K, dtype=torch.int32, device="cuda")
+
+
+def time_prefill(fn, x, s, e, out):
+    """Check three rows of fn's output against the reference, then its eager median (ms)."""
+    fn()
+    idx = torch.tensor([0, 5000, x.shape[0] - 1], device="cuda")
+    assert_prefill_equivalent(out[idx], x[idx], s[idx], e[idx], K)
+    return round(time_eager(fn, reps=3, warmup=1).median / 1000, 2)
+
+
+def phase_ns(st):
+    """(rows, 7) global-timer ns between the 8 ticks of a (rows, 10) timing stats tensor."""
+    t = st[:, 2:].long()
+    return ((t[:, 1:] - t[:, :-1]) % (1 << 32)).float()
+
+
 gen = torch.Generator().manual_seed(0)
 if "smoke" in SECTIONS:
     x = torch.randn(2, 133120, device="cuda")
@@ -131,9 +152,7 @@ if "paths" in SECTIONS:
             log(pr[-1])
     R, C = 4096, 131072
     x = dist("normal", R, C, g)
-    s = torch.zeros(R, dtype=torch.int32, device="cuda")
-    e = torch.arange(R, dtype=torch.int32, device="cuda") + (C - R + 1)
-    out = torch.empty(R, K, dtype=torch.int32, device="cuda")
+    s, e, out = causal_chunk(R, C)
     st = torch.full((R, 2), -1, dtype=torch.int32, device="cuda")
     radix.launch(x, s, s, e, K, 1, True, False, out, stats=st)
     path = st[:, 0].cpu()
@@ -161,8 +180,7 @@ if "phases" in SECTIONS:  # global-timer ns of the reporting program (r, 0) (aft
             fb.fill_(1)
             run_radix(x, lt, out, stats=st, bracket=True)
             torch.cuda.synchronize()
-            t = st[:, 2:].long()
-            samples.append(((t[:, 1:] - t[:, :-1]) % (1 << 32)).float())
+            samples.append(phase_ns(st))
         d = torch.stack(samples).median(dim=0).values  # (rows, 7)
         rec = {"W": width, "rows": rows, "L": L, "ns row 0": dict(zip(PHASES, d[0].int().tolist())),
                "ns max over rows": dict(zip(PHASES, d.max(dim=0).values.int().tolist())),
@@ -222,17 +240,12 @@ if "prefill" in SECTIONS:
     R = 16384
     for C in (16384, 32768, 65536, 131072):
         x = torch.randn(R, C, device="cuda")
-        s = torch.zeros(R, dtype=torch.int32, device="cuda")
-        e = (torch.arange(R, dtype=torch.int32, device="cuda") + (C - R + 1))
-        out = torch.empty(R, K, dtype=torch.int32, device="cuda")
+        s, e, out = causal_chunk(R, C)
         rec = {"C": C}
         for name, fn in [("pivot cap=C/2", lambda: pivot.launch(x, s, s, e, K, 1, True, False, out))] + [
                 (f"radix rows {n}", lambda kw=kw: radix.launch(x, s, s, e, K, 1, True, False, out, **kw))
                 for n, kw in PREFILL_VARIANTS]:
-            fn()
-            idx = torch.tensor([0, 5000, R - 1], device="cuda")
-            assert_prefill_equivalent(out[idx], x[idx], s[idx], e[idx], K)
-            rec[name] = round(time_eager(fn, reps=3, warmup=1).median / 1000, 2)
+            rec[name] = time_prefill(fn, x, s, e, out)
         log(rec)
         pre.append(rec)
         del x
@@ -246,24 +259,18 @@ if "prefill_var" in SECTIONS:  # row-mode knobs, and where a prefill row's time 
                                                                      dict(prefetch=1, samp=256, solo_emit=False))]
     for C in (16384, 131072):
         x = torch.randn(R, C, device="cuda")
-        s = torch.zeros(R, dtype=torch.int32, device="cuda")
-        e = (torch.arange(R, dtype=torch.int32, device="cuda") + (C - R + 1))
-        out = torch.empty(R, K, dtype=torch.int32, device="cuda")
+        s, e, out = causal_chunk(R, C)
         st = torch.zeros((R, 10), dtype=torch.int32, device="cuda")
         radix.launch(x, s, s, e, K, 1, True, False, out, stats=st)
         torch.cuda.synchronize()
-        t = st[:, 2:].long()
-        d = ((t[:, 1:] - t[:, :-1]) % (1 << 32)).float()
+        d = phase_ns(st)
         ok = (st[:, 0] == 1)
         rec = {"C": C, "rows bracketed": int(ok.sum()),
                "ns median over bracketed rows": dict(zip(PHASES, d[ok].median(dim=0).values.int().tolist())),
                "row ns median": int(d[ok].sum(dim=1).median())}
         for name, kw in kinds:
-            fn = lambda kw=kw: radix.launch(x, s, s, e, K, 1, True, False, out, **kw)  # noqa: E731
-            fn()
-            idx = torch.tensor([0, 5000, R - 1], device="cuda")
-            assert_prefill_equivalent(out[idx], x[idx], s[idx], e[idx], K)
-            rec[name] = round(time_eager(fn, reps=3, warmup=1).median / 1000, 2)
+            rec[name] = time_prefill(lambda kw=kw: radix.launch(x, s, s, e, K, 1, True, False, out, **kw),
+                                     x, s, e, out)
         log(rec)
         pv.append(rec)
         del x

@@ -170,6 +170,28 @@ def _split_block(s, col, v, pmask, pval, out_row, bctr, ctl, k, need, take_all, 
 
 
 @triton.jit
+def _split_at(s, col, v, pmask, pval, out_row, bw, bc, k, need, take_all, dk, di, cap):
+    """``_split_block`` for a row's only program, at running slots instead of atomics:
+    winners -> out from slot ``bw``, the bin's keys from slot ``bc`` (of [k - need, k) while
+    they last when take_all, else of (dk, di) below ``cap``). One scan counts both (chunks
+    under 65536 keys). Returns the chunk's (winners, bin keys)."""
+    mu = ((s ^ INT_MIN) & pmask) ^ INT_MIN  # prefix compared in signed order
+    pv = pval ^ INT_MIN
+    win = v & (mu < pv)
+    cand = v & (mu == pv)
+    both = tl.cumsum(win.to(tl.int32) + (cand.to(tl.int32) << 16), axis=0)
+    tl.store(out_row + bw + (both & 0xFFFF) - 1, col, mask=win)
+    pc = bc + (both >> 16) - 1
+    if take_all != 0:
+        tl.store(out_row + (k - need) + pc, col, mask=cand & (pc < need))
+    else:
+        tl.store(dk + pc, s, mask=cand & (pc < cap))
+        tl.store(di + pc, col, mask=cand & (pc < cap))
+    tot = tl.max(both)  # (both counts only grow)
+    return tot & 0xFFFF, tot >> 16
+
+
+@triton.jit
 def _bracket_pass(row, lo, hi, s0, x1, t_hi, s_base, sh, dk, di, capp, whist, ctr, BLOCK: tl.constexpr,
                   CATOM: tl.constexpr, PIPE: tl.constexpr, PF: tl.constexpr):
     """The bracket's one read of [lo, hi): every key up to ``t_hi`` goes to this program's
@@ -269,7 +291,6 @@ def _region_emit(gk, gi, capp, cnts, n_reg, pmask, pval, out_row, k, need, take_
     jj = tl.arange(0, 32)
     cj = tl.minimum(tl.load(cnts + jj, mask=jj < n_reg, other=0, cache_modifier=".cg"), capp)
     cnt = tl.minimum(tl.load(cnts + j, mask=j < n_reg, other=0, cache_modifier=".cg"), capp)
-    pv = pval ^ INT_MIN
     wpos = tl.zeros([], tl.int32)
     bpos = tl.zeros([], tl.int32)
     v = c < cnt
@@ -279,18 +300,9 @@ def _region_emit(gk, gi, capp, cnts, n_reg, pmask, pval, out_row, k, need, take_
         vn = c0 + T // 32 + c < cnt  # prefetch the next step
         sn = tl.load(gk + j * capp + c0 + T // 32 + c, mask=vn, other=0, cache_modifier=".cg")
         coln = tl.load(gi + j * capp + c0 + T // 32 + c, mask=vn, other=0, cache_modifier=".cg")
-        mu = ((s ^ INT_MIN) & pmask) ^ INT_MIN
-        win = v & (mu < pv)
-        cand = v & (mu == pv)
-        tl.store(out_row + wpos + tl.cumsum(win.to(tl.int32), axis=0) - 1, col, mask=win)
-        pc = bpos + tl.cumsum(cand.to(tl.int32), axis=0) - 1
-        if take_all != 0:
-            tl.store(out_row + (k - need) + pc, col, mask=cand & (pc < need))
-        else:
-            tl.store(c2k + pc, s, mask=cand & (pc < cap))
-            tl.store(c2i + pc, col, mask=cand & (pc < cap))
-        wpos += tl.sum(win.to(tl.int32))
-        bpos += tl.sum(cand.to(tl.int32))
+        nw, nc = _split_at(s, col, v, pmask, pval, out_row, wpos, bpos, k, need, take_all, c2k, c2i, cap)
+        wpos += nw
+        bpos += nc
         s = sn
         col = coln
         v = vn
@@ -320,7 +332,6 @@ def _buf_emit(cand_k, cand_i, q0, q1, pmask, pval, out_row, ctl, k, need, take_a
         tl.debug_barrier()  # every warp's earlier slot atomics are done
         bw = tl.load(ctl + 1, cache_modifier=".cg")
         bc = tl.load(ctl + 4, cache_modifier=".cg")
-        pv = pval ^ INT_MIN
         v = q0 + r < q1
         s = tl.load(cand_k + q0 + r, mask=v, other=0, cache_modifier=".cg")
         col = tl.load(cand_i + q0 + r, mask=v, other=0, cache_modifier=".cg")
@@ -328,20 +339,9 @@ def _buf_emit(cand_k, cand_i, q0, q1, pmask, pval, out_row, ctl, k, need, take_a
             vn = start + RB + r < q1
             sn = tl.load(cand_k + start + RB + r, mask=vn, other=0, cache_modifier=".cg")
             coln = tl.load(cand_i + start + RB + r, mask=vn, other=0, cache_modifier=".cg")
-            mu = ((s ^ INT_MIN) & pmask) ^ INT_MIN
-            win = v & (mu < pv)
-            cand = v & (mu == pv)
-            both = tl.cumsum(win.to(tl.int32) + (cand.to(tl.int32) << 16), axis=0)  # one scan for both
-            tl.store(out_row + bw + (both & 0xFFFF) - 1, col, mask=win)
-            pc = bc + (both >> 16) - 1
-            if take_all != 0:
-                tl.store(out_row + (k - need) + pc, col, mask=cand & (pc < need))
-            else:
-                tl.store(c2k + pc, s, mask=cand & (pc < cap))
-                tl.store(c2i + pc, col, mask=cand & (pc < cap))
-            tot = tl.max(both)  # (both counts only grow)
-            bw += tot & 0xFFFF
-            bc += tot >> 16
+            nw, nc = _split_at(s, col, v, pmask, pval, out_row, bw, bc, k, need, take_all, c2k, c2i, cap)
+            bw += nw
+            bc += nc
             s = sn
             col = coln
             v = vn
@@ -512,6 +512,7 @@ def radix_kernel(logits, stride_r, lens, starts, ends, out, ws, stats,
             sl = tl.maximum(tl.cdiv(tl.cdiv(L, n_slices), BLOCK) * BLOCK, min_slice)
             n_act = tl.cdiv(L, sl)
             n_row = n_act  # programs of the row (n_act: programs still at work on it)
+            brk = (br_min > 0) & (stable == 0) & (L >= br_min)  # the row starts with the bracket
             lo = s_idx * sl
             if lo < L:
                 hi = tl.minimum(lo + sl, L)
@@ -531,7 +532,7 @@ def radix_kernel(logits, stride_r, lens, starts, ends, out, ws, stats,
                 me = (s_idx == 0).to(tl.int32)  # reports the row's stats
                 _tick(stats, r, 0, me, TIMING)
                 key0 = _skey(tl.load(row + lo + ar, mask=lo + ar < hi, other=0.0))  # first block, kept
-                if (br_min > 0) & (stable == 0) & (L >= br_min):
+                if brk:
                     # one read: every key up to the sampled window's top -> this program's region
                     # of the buffer, binned; then the k-th key's bin is a prefix of the gathered keys
                     x1 = tl.load(row + lo + BLOCK + ar, mask=lo + BLOCK + ar < hi, other=0.0)  # in flight meanwhile
@@ -679,7 +680,7 @@ def radix_kernel(logits, stride_r, lens, starts, ends, out, ws, stats,
                     for z in range(0, ((32 + DBITS - 1) // DBITS) * NB, 1024):
                         tl.store(slot + HIST + z + tl.arange(0, 1024), tl.zeros([1024], tl.int32))
                     tl.store(ctl + tl.arange(0, 16), tl.zeros([16], tl.int32))
-                    if (br_min > 0) & (stable == 0) & (L >= br_min):
+                    if brk:
                         for z in range(0, NBW, 1024):
                             tl.store(whist + z + tl.arange(0, 1024), tl.zeros([1024], tl.int32))
                     tl.store(pcnt + tl.arange(0, 2 * PMAX), tl.zeros([2 * PMAX], tl.int32))  # counts, slot counters
