@@ -268,6 +268,7 @@ def test_radix_launch_refuses_bad_knobs():
     lt = torch.full((2,), 3000, dtype=torch.int32)
     out = poisoned_out(2, 64)
     for kw, msg in ((dict(samp=300), "samp"), (dict(nbw=100), "nbw"), (dict(prefetch=3), "prefetch"),
+                    (dict(rb=100), "rb"), (dict(maxnreg=100), "maxnreg"),
                     (dict(stats=torch.zeros(2, 3, dtype=torch.int32)), "stats"),
                     (dict(stats=torch.zeros(2, 2, dtype=torch.int64)), "stats"),
                     (dict(bracket=1000), "bracket"), (dict(bracket=2.5e4), "bracket")):
@@ -304,7 +305,7 @@ def test_radix_properties(draws):
     slices), 4..8-bit digits, no / default / unbounded early exit, dense or sparse later
     passes, with or without the bracket (rows of at least 4 x samp columns), its slot
     atomics plain / pipelined or a block scan, one or two blocks of loads in flight, the
-    gathered keys emitted solo or with atomics."""
+    gathered keys emitted solo or with atomics, in steps of 128 or 512."""
     from dsa_ops.backends.triton import radix_launch
 
     x, lengths, next_n, k, windows = draws.draw(decode_case(exact=True))
@@ -316,7 +317,7 @@ def test_radix_properties(draws):
                  sparse_max=draws.draw(st.sampled_from([0, 64, 1 << 30])), fuse=draws.draw(st.booleans()),
                  bracket=draws.draw(st.booleans()), samp=draws.draw(st.sampled_from([None, 128, 256])),
                  catom=draws.draw(st.booleans()), pipe=draws.draw(st.booleans()), solo_emit=draws.draw(st.booleans()),
-                 prefetch=draws.draw(st.sampled_from([None, 1, 2])))
+                 prefetch=draws.draw(st.sampled_from([None, 1, 2])), rb=draws.draw(st.sampled_from([128, 512])))
     flat = lengths.reshape(-1)
     nn = 1 if flat.numel() == x.shape[0] else next_n
     for stable in (False, True):

@@ -1,8 +1,10 @@
-"""Drive the radix decode kernel for Nsight Compute: ``ncu -k regex:radix_kernel
---launch-skip 2 --launch-count 1 python3 tools/ncu_radix.py ROWS W L [key=value ...]``.
+"""Drive the radix kernel for Nsight Compute: ``ncu -k regex:radix_kernel --launch-skip 2
+--launch-count 1 python3 tools/ncu_radix.py ROWS W L [key=value ...]`` (decode), or
+``... tools/ncu_radix.py prefill ROWS C [key=value ...]`` (one ROWS-row causal chunk of a
+C-token context, as the bench's prefill: row r ends at C - ROWS + r + 1).
 
 Launches the kernel three times on fresh N(0, 1) logits (the first compiles); keyword
-arguments go to ``radix_launch.launch`` as ints (e.g. ``dbits=6 num_warps=4``).
+arguments go to ``radix_launch.launch`` as ints (e.g. ``dbits=6 num_warps=4 tile=1``).
 """
 
 from __future__ import annotations
@@ -13,16 +15,24 @@ import torch
 
 from dsa_ops.backends.triton import radix_launch as radix
 
-rows, width, L = (int(a) for a in sys.argv[1:4])
-kw = {a.split("=")[0]: int(a.split("=")[1]) for a in sys.argv[4:]}
+prefill = sys.argv[1] == "prefill"
+args = sys.argv[2:] if prefill else sys.argv[1:]
+rows, width = int(args[0]), int(args[1])
+kw = {a.split("=")[0]: int(a.split("=")[1]) for a in args[3 - prefill:]}
 x = torch.randn(rows, width, device="cuda")
-lt = torch.full((rows,), L, dtype=torch.int32, device="cuda")
 out = torch.empty(rows, 2048, dtype=torch.int32, device="cuda")
+if prefill:
+    s = torch.zeros(rows, dtype=torch.int32, device="cuda")
+    e = torch.arange(rows, dtype=torch.int32, device="cuda") + (width - rows + 1)
+    call = lambda: radix.launch(x, s, s, e, 2048, 1, True, False, out, **kw)  # noqa: E731
+else:
+    lt = torch.full((rows,), int(args[2]), dtype=torch.int32, device="cuda")
+    call = lambda: radix.launch(x, lt, lt, lt, 2048, 1, False, False, out, **kw)  # noqa: E731
 for _ in range(3):
-    radix.launch(x, lt, lt, lt, 2048, 1, False, False, out, **kw)
+    call()
 torch.cuda.synchronize()
 t = {**radix.tuning(rows), **{k: v for k, v in kw.items() if k in ("block", "num_warps", "per_sm")}}
 if "num_warps" in kw and "per_sm" not in kw:
     t["per_sm"] = None  # as launch: the default for that warp count
-print("tuning", t, "plan", radix.plan(rows, width, x.device, block=t["block"], num_warps=t["num_warps"],
-                                      per_sm=t["per_sm"]), kw)
+print("tuning", t, "plan", radix.plan(rows, width, x.device, slices=1 if prefill else None, block=t["block"],
+                                      num_warps=t["num_warps"], per_sm=t["per_sm"]), kw)

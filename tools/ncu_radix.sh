@@ -1,14 +1,15 @@
 #!/bin/bash
 # Nsight Compute reports of the radix decode kernel (device only): for each shape, the
 # summary sections and a per-SASS-line source page (stall samples) as CSV under $1.
-# Env: SHAPES="rows W L;rows W L", NCU_EXTRA (more ncu flags).
+# Env: SHAPES="rows W L;prefill rows C;..." (a shape's words go to ncu_radix.py, key=value
+# knobs too), NCU_EXTRA (more ncu flags).
 out=${1:?output folder}
 mkdir -p "$out"
 IFS=';' read -ra shapes <<< "${SHAPES:-1 133120 4096;1 133120 131072;64 133120 131072}"  # rows W L;...
 for s in "${shapes[@]}"; do
-  tag=$(echo "$s" | tr ' ' '_')
+  tag=$(echo "$s" | tr ' =' '_-')
   ncu --clock-control none ${NCU_EXTRA:-} -k regex:radix_kernel --launch-skip 2 --launch-count 1 \
-      --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section LaunchStats \
+      --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats --section LaunchStats \
       --section Occupancy --section InstructionStats --section SourceCounters --import-source no \
       -f -o "$out/r_$tag" python3 tools/ncu_radix.py $s > "$out/log_$tag.txt" 2>&1
   ncu --import "$out/r_$tag.ncu-rep" --print-units base >> "$out/log_$tag.txt" 2>&1

@@ -1,7 +1,8 @@
 """Device probe for the triton backend's kernels: check against the reference, then time
 variants (graph replay, L2 flushed, median of 30). Writes JSON to argv[1].
 
-Sections (argv[2], comma list): smoke, check, paths, phases, decode, sweep, prefill, stable. ``paths``
+Sections (argv[2], comma list): smoke, check, paths, phases, decode, sweep, prefill, prefill_var,
+stable, occupancy, rowknobs. ``paths``
 records which way the bracket went per row (kernel stats) on several data distributions.
 """
 
@@ -275,5 +276,60 @@ if "prefill_var" in SECTIONS:  # row-mode knobs, and where a prefill row's time 
         pv.append(rec)
         del x
     res["prefill_var"] = pv
+    save()
+if "occupancy" in SECTIONS:  # more programs per multiprocessor through fewer registers a thread
+    oc = []
+    R = 16384
+    kinds = [("default (80 regs, 6/SM)", {}), ("128 regs, 4/SM", dict(maxnreg=128, per_sm=4)),
+             ("96 regs, 5/SM", dict(maxnreg=96, per_sm=5)), ("64 regs, 8/SM", dict(maxnreg=64, per_sm=8))]
+    for C in (16384, 32768, 65536, 131072):
+        x = torch.randn(R, C, device="cuda")
+        s, e, out = causal_chunk(R, C)
+        rec = {"C": C}
+        for name, kw in kinds:
+            rec[name] = time_prefill(lambda kw=kw: radix.launch(x, s, s, e, K, 1, True, False, out, **kw), x, s, e, out)
+        if C == 131072:
+            for name, kw in kinds[:2]:
+                st = torch.zeros((R, 10), dtype=torch.int32, device="cuda")
+                radix.launch(x, s, s, e, K, 1, True, False, out, stats=st, **kw)
+                torch.cuda.synchronize()
+                d = phase_ns(st)
+                ok = st[:, 0] == 1
+                rec[f"phases {name}"] = dict(zip(PHASES, d[ok].median(dim=0).values.int().tolist()))
+        log(rec)
+        oc.append(rec)
+        del x
+    dec = []
+    for width, rows, L in ((133120, 16, 131072), (133120, 64, 32768), (133120, 64, 131072)):
+        x = torch.randn(rows, width, device="cuda")
+        lt = lens_for(rows, L, gen)
+        out = torch.empty(rows, K, dtype=torch.int32, device="cuda")
+        rec = {"W": width, "rows": rows, "L": L}
+        dk = (("default", {}), ("96 regs, 5/SM", dict(maxnreg=96, per_sm=5)), ("80 regs, 6/SM", dict(maxnreg=80, per_sm=6)))
+        for name, kw in dk:
+            run_radix(x, lt, out, **kw)
+            assert_decode_equivalent(out, x, lt, K)
+        for rnd in range(2):  # two interleaved rounds: the spread between them is the noise
+            for name, kw in dk:
+                rec.setdefault(name, []).append(round(time_graph(lambda: run_radix(x, lt, out, **kw)).median, 1))
+        log(rec)
+        dec.append(rec)
+    res["occupancy"] = {"prefill_ms": oc, "decode_us": dec}
+    save()
+if "rowknobs" in SECTIONS:  # row mode: sample size with the occupancy trade
+    rk = []
+    R = 16384
+    kinds = [("default", {}), ("samp 1024", dict(samp=1024)), ("64 regs, 8/SM", dict(maxnreg=64, per_sm=8)),
+             ("64 regs, 8/SM, samp 1024", dict(maxnreg=64, per_sm=8, samp=1024))]
+    for C in (32768, 131072):
+        x = torch.randn(R, C, device="cuda")
+        s, e, out = causal_chunk(R, C)
+        rec = {"C": C}
+        for name, kw in kinds:
+            rec[name] = time_prefill(lambda kw=kw: radix.launch(x, s, s, e, K, 1, True, False, out, **kw), x, s, e, out)
+        log(rec)
+        rk.append(rec)
+        del x
+    res["rowknobs"] = {"prefill_ms": rk}
     save()
 log("done")

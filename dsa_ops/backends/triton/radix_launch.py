@@ -41,6 +41,10 @@ HALF_MAX_SPLIT = 32768  # gathered keys at most (half the buffer), split mode: f
 HALF_MAX_ROW = 16384  # row mode: up to 2 slots per program per multiprocessor
 ROW_RANK_BUDGET = 1 << 21  # one program ranks up to ~1448 candidates (~8K compares a thread)
 ROW_PROGRAMS_PER_SM = 1  # one wave of persistent programs (the bracket buffers make slots large)
+# row mode (CUDA): no program waits on another, so registers are traded for programs: 6 four-warp
+# programs a multiprocessor at 80 registers instead of 4 at 128 (runs 29-30: C = 128K 6.75 -> 6.30 ms,
+# no C slower; 64 x 8 was faster at 128K but slower at 16K; 792 slots on an H200, see docs/design.md)
+ROW_MAXNREG, ROW_PER_SM = 80, 6
 SAMP = 256  # bracket: strided samples of the row that place the window of the k-th key (split mode)
 SAMP_ROW = 512  # row mode (prefill): a narrower window pays for the longer sort (run 24: 7.09 -> 6.68 ms at C = 128K)
 PF_ROW = 1  # row mode: blocks of loads in flight in the bracket's read (2 measured slower: run 25, 6.7 -> 8.1 ms)
@@ -80,11 +84,11 @@ def _hist_mask() -> bool:
     return "mask" in inspect.signature(tl.histogram).parameters
 
 
-def _per_sm(device: torch.device, num_warps: int, per_sm: int | None) -> int:
+def _per_sm(device: torch.device, num_warps: int, per_sm: int | None, maxnreg: int = MAXNREG) -> int:
     """Programs per multiprocessor that are guaranteed co-resident."""
     if device.type != "cuda" or torch.version.hip is not None:
         return 1
-    fit = min(65536 // (num_warps * 32 * MAXNREG), 2048 // (num_warps * 32))
+    fit = min(65536 // (num_warps * 32 * maxnreg), 2048 // (num_warps * 32))
     want = PER_SM if per_sm is None else per_sm
     if not 1 <= want <= fit:
         raise ValueError(f"per_sm must be in [1, {fit}] at num_warps={num_warps}, got {want}")
@@ -108,7 +112,8 @@ def window_bound(width: int, k: int, samp: int = SAMP) -> int:
 
 
 def plan(rows: int, width: int, device: torch.device, slices: int | None = None,
-         block: int = BLOCK, num_warps: int = NUM_WARPS, per_sm: int | None = None, k: int = 2048) -> RadixPlan:
+         block: int = BLOCK, num_warps: int = NUM_WARPS, per_sm: int | None = None, k: int = 2048,
+         maxnreg: int = MAXNREG) -> RadixPlan:
     """Split a few long rows over the multiprocessors; one program per row otherwise.
 
     Under Triton's interpreter programs run one after another, so a row barrier could
@@ -117,7 +122,7 @@ def plan(rows: int, width: int, device: torch.device, slices: int | None = None,
     than the device reports (MPS thread limits, green contexts), since split rows spin at
     barriers that need every program of the row resident.
     """
-    cap = _num_sms(device.type, device.index or 0) * _per_sm(device, num_warps, per_sm)
+    cap = _num_sms(device.type, device.index or 0) * _per_sm(device, num_warps, per_sm, maxnreg)
     if device.type != "cuda" or os.environ.get("DSA_OPS_TRITON_SPLIT", "1") == "0":
         slices = 1
     elif slices is None:
@@ -183,11 +188,12 @@ def workspace(device: torch.device, slots: int, stride: int) -> Tensor:
 def launch(logits: Tensor, lens: Tensor, starts: Tensor, ends: Tensor, k: int, next_n: int,
            is_prefill: bool, stable: bool, out: Tensor, slices: int | None = None,
            block: int | None = None, num_warps: int | None = None, per_sm: int | None = None,
-           min_slice: int | None = None, rank_budget: int | None = None, rt: int = RT, ct: int = CT,
+           min_slice: int | None = None, rank_budget: int | None = None, rt: int = RT, ct: int = CT, rb: int = RB,
            hist_mask: bool | None = None, dbits: int = DBITS, sparse_max: int | None = None,
            fuse: bool = True, bracket: bool | int | None = None, stats: Tensor | None = None,
            nbw: int | None = None, samp: int | None = None, catom: bool = True, finisher: bool = False,
-           pipe: bool = False, solo_emit: bool = True, prefetch: int | None = None) -> None:
+           pipe: bool = False, solo_emit: bool = True, prefetch: int | None = None,
+           maxnreg: int | None = None) -> None:
     """Fill ``out`` (R, k) int32 with the cooperative radix kernel (keywords: tuning).
 
     ``bracket``: non-stable rows of at least 4 x samp columns start with the sampled window
@@ -200,8 +206,14 @@ def launch(logits: Tensor, lens: Tensor, starts: Tensor, ends: Tensor, k: int, n
     slot atomics' round trip overlaps the next block. ``solo_emit``: a row's only program
     emits the gathered keys with running slot counts instead of two atomics a chunk.
     ``samp`` / ``prefetch``: None picks SAMP / 1 in split mode, SAMP_ROW / PF_ROW in row mode.
+    ``maxnreg`` (CUDA): registers a thread at most; ``per_sm`` programs of ``num_warps``
+    warps must fit a multiprocessor's 65536 registers with it. When neither is given, row
+    mode with four-warp programs takes ROW_MAXNREG / ROW_PER_SM, split mode MAXNREG and the
+    tuning's per_sm.
+    ``rb``: gathered keys per step of the passes over the candidate buffer.
     ``stats``: an int32 (R, 2) tensor that receives each bracketed row's path and window
-    size (tests and probes; rows without the bracket keep their values)."""
+    size (tests and probes; rows without the bracket keep their values).
+    """
     from dsa_ops.backends.triton.kernels_radix import radix_kernel
 
     if samp is not None and samp not in (128, 256, 512, 1024):
@@ -221,13 +233,22 @@ def launch(logits: Tensor, lens: Tensor, starts: Tensor, ends: Tensor, k: int, n
     if rows == 0:
         return
     t = tuning(rows)
+    explicit = (maxnreg, per_sm)
     block = t["block"] if block is None else block
     per_sm = t["per_sm"] if per_sm is None and num_warps is None else per_sm  # (None: PER_SM)
     num_warps = t["num_warps"] if num_warps is None else num_warps
     min_slice = t["min_slice"] if min_slice is None else min_slice
-    p = plan(rows, width, logits.device, slices, block, num_warps, per_sm, k)
+    maxnreg = MAXNREG if maxnreg is None else maxnreg
+    if maxnreg not in (64, 80, 96, 128, 168, 255):
+        raise ValueError(f"maxnreg must be 64, 80, 96, 128, 168 or 255, got {maxnreg}")
+    p = plan(rows, width, logits.device, slices, block, num_warps, per_sm, k, maxnreg)
+    if p.slices == 1 and cuda and explicit == (None, None) and num_warps == 4:
+        maxnreg, per_sm = ROW_MAXNREG, ROW_PER_SM
+        p = plan(rows, width, logits.device, 1, block, num_warps, per_sm, k, maxnreg)
     if prefetch is not None and prefetch not in (1, 2):
         raise ValueError(f"prefetch must be 1 or 2 (blocks in flight in the bracket's read), got {prefetch}")
+    if rb not in (128, 256, 512, 1024, 2048):
+        raise ValueError(f"rb must be 128, 256, 512, 1024 or 2048 (gathered keys per step), got {rb}")
     row_mode = p.slices == 1
     samp = (SAMP_ROW if row_mode else SAMP) if samp is None else samp
     prefetch = (PF_ROW if row_mode else 1) if prefetch is None else prefetch
@@ -248,7 +269,7 @@ def launch(logits: Tensor, lens: Tensor, starts: Tensor, ends: Tensor, k: int, n
         p.rank_budget if rank_budget is None else rank_budget, sparse_max, int(fuse), br_min,
         int(stats is not None), int(finisher), int(solo_emit),
         BLOCK=block, RT=rt, CT=ct, PMAX=PMAX, HMASK=_hist_mask() if hist_mask is None else hist_mask,
-        DBITS=dbits, NB=1 << dbits, RB=RB, SAMP=samp, NBW=min(NBW, 256 * num_warps) if nbw is None else nbw,
+        DBITS=dbits, NB=1 << dbits, RB=rb, SAMP=samp, NBW=min(NBW, 256 * num_warps) if nbw is None else nbw,
         CATOM=catom, PIPE=pipe, PF=prefetch, TIMING=timing, num_warps=num_warps,
-        **({"maxnreg": MAXNREG} if cuda else {}),
+        **({"maxnreg": maxnreg} if cuda else {}),
     )
