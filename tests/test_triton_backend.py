@@ -369,6 +369,17 @@ def test_radix_plan_split_and_its_off_switch(monkeypatch):
         assert (t["num_warps"], p.slices) == (warps, slices) and rows * p.slices <= 132 * t["per_sm"]
     with pytest.raises(ValueError, match="per_sm"):
         rl.plan(1, 133120, dev, per_sm=3)
+    # launch's shape: row mode (many rows) trades registers for programs unless told otherwise
+    p, sh = rl.launch_plan(16384, 131072, dev)
+    assert (p.slices, p.grid0, sh["maxnreg"]) == (1, 132 * rl.ROW_PER_SM, rl.ROW_MAXNREG)
+    assert rl.ROW_PER_SM * sh["num_warps"] * 32 * rl.ROW_MAXNREG <= 65536
+    p, sh = rl.launch_plan(16384, 131072, dev, maxnreg=128, per_sm=4)
+    assert (p.grid0, sh["maxnreg"]) == (528, 128)
+    p, sh = rl.launch_plan(64, 133120, dev)  # split mode keeps the co-residency caps
+    assert (p.slices, sh["maxnreg"]) == (8, rl.MAXNREG)
+    assert rl.launch_plan(16384, 131072, torch.device("cpu"))[1]["maxnreg"] == rl.MAXNREG
+    with pytest.raises(ValueError, match="maxnreg"):
+        rl.launch_plan(1, 133120, dev, maxnreg=100)
     monkeypatch.setenv("DSA_OPS_TRITON_SPLIT", "0")
     assert rl.plan(1, 133120, dev).slices == 1
     with pytest.raises(ValueError, match="dbits"):

@@ -31,8 +31,6 @@ else:
 for _ in range(3):
     call()
 torch.cuda.synchronize()
-t = {**radix.tuning(rows), **{k: v for k, v in kw.items() if k in ("block", "num_warps", "per_sm")}}
-if "num_warps" in kw and "per_sm" not in kw:
-    t["per_sm"] = None  # as launch: the default for that warp count
-print("tuning", t, "plan", radix.plan(rows, width, x.device, slices=1 if prefill else None, block=t["block"],
-                                      num_warps=t["num_warps"], per_sm=t["per_sm"]), kw)
+knobs = ("slices", "block", "num_warps", "per_sm", "min_slice", "maxnreg")
+p, shape = radix.launch_plan(rows, width, x.device, **{n: v for n, v in kw.items() if n in knobs})
+print("plan", p, shape, kw)

@@ -151,6 +151,30 @@ def tuning(rows: int) -> dict:
     return {"block": BLOCK, "num_warps": NUM_WARPS, "per_sm": PER_SM, "min_slice": MIN_SLICE}
 
 
+def launch_plan(rows: int, width: int, device: torch.device, slices: int | None = None, block: int | None = None,
+                num_warps: int | None = None, per_sm: int | None = None, min_slice: int | None = None,
+                maxnreg: int | None = None, k: int = 2048) -> tuple[RadixPlan, dict]:
+    """:func:`launch`'s plan and launch shape (block, num_warps, min_slice, maxnreg) from its
+    knobs, None meaning the default: :func:`tuning` by rows, then, for a row-mode plan of
+    four-warp programs on CUDA with neither maxnreg nor per_sm given, ROW_MAXNREG registers
+    and ROW_PER_SM programs a multiprocessor (no program waits on another there)."""
+    t = tuning(rows)
+    explicit = (maxnreg, per_sm)
+    block = t["block"] if block is None else block
+    per_sm = t["per_sm"] if per_sm is None and num_warps is None else per_sm  # (None: PER_SM)
+    num_warps = t["num_warps"] if num_warps is None else num_warps
+    min_slice = t["min_slice"] if min_slice is None else min_slice
+    maxnreg = MAXNREG if maxnreg is None else maxnreg
+    if maxnreg not in (64, 80, 96, 128, 168, 255):
+        raise ValueError(f"maxnreg must be 64, 80, 96, 128, 168 or 255, got {maxnreg}")
+    p = plan(rows, width, device, slices, block, num_warps, per_sm, k, maxnreg)
+    cuda = device.type == "cuda" and torch.version.hip is None
+    if p.slices == 1 and cuda and explicit == (None, None) and num_warps == 4:
+        maxnreg = ROW_MAXNREG
+        p = plan(rows, width, device, 1, block, num_warps, ROW_PER_SM, k, maxnreg)
+    return p, {"block": block, "num_warps": num_warps, "min_slice": min_slice, "maxnreg": maxnreg}
+
+
 def bracket_min_len(p: RadixPlan, rows: int, samp: int = SAMP) -> int:
     """Shortest row (live length) that starts with the bracket, 0 for none: a host int, so
     graph-safe; each row compares its own device length with it. ``DSA_OPS_TRITON_BRACKET=1``
@@ -232,19 +256,8 @@ def launch(logits: Tensor, lens: Tensor, starts: Tensor, ends: Tensor, k: int, n
                          f"{stats.device}")
     if rows == 0:
         return
-    t = tuning(rows)
-    explicit = (maxnreg, per_sm)
-    block = t["block"] if block is None else block
-    per_sm = t["per_sm"] if per_sm is None and num_warps is None else per_sm  # (None: PER_SM)
-    num_warps = t["num_warps"] if num_warps is None else num_warps
-    min_slice = t["min_slice"] if min_slice is None else min_slice
-    maxnreg = MAXNREG if maxnreg is None else maxnreg
-    if maxnreg not in (64, 80, 96, 128, 168, 255):
-        raise ValueError(f"maxnreg must be 64, 80, 96, 128, 168 or 255, got {maxnreg}")
-    p = plan(rows, width, logits.device, slices, block, num_warps, per_sm, k, maxnreg)
-    if p.slices == 1 and cuda and explicit == (None, None) and num_warps == 4:
-        maxnreg, per_sm = ROW_MAXNREG, ROW_PER_SM
-        p = plan(rows, width, logits.device, 1, block, num_warps, per_sm, k, maxnreg)
+    p, sh = launch_plan(rows, width, logits.device, slices, block, num_warps, per_sm, min_slice, maxnreg, k)
+    block, num_warps, min_slice, maxnreg = sh["block"], sh["num_warps"], sh["min_slice"], sh["maxnreg"]
     if prefetch is not None and prefetch not in (1, 2):
         raise ValueError(f"prefetch must be 1 or 2 (blocks in flight in the bracket's read), got {prefetch}")
     if rb not in (128, 256, 512, 1024, 2048):
