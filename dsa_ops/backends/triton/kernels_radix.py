@@ -192,6 +192,28 @@ def _split_at(s, col, v, pmask, pval, out_row, bw, bc, k, need, take_all, dk, di
 
 
 @triton.jit
+def _split_run(gk, gi, off, idx, lim, end, pmask, pval, out_row, bw, bc, k, need, take_all, dk, di, cap,
+               STEP: tl.constexpr):
+    """``_split_at`` over the keys (gk, gi) at ``off + c0`` for c0 in [0, end) by STEP, a lane
+    valid while ``idx + c0 < lim``, the next step prefetched; ``bw`` / ``bc``: the running
+    slots to start from. Returns them after the last step."""
+    v = idx < lim
+    s = tl.load(gk + off, mask=v, other=0, cache_modifier=".cg")
+    col = tl.load(gi + off, mask=v, other=0, cache_modifier=".cg")
+    for c0 in range(0, end, STEP):
+        vn = idx + c0 + STEP < lim
+        sn = tl.load(gk + off + c0 + STEP, mask=vn, other=0, cache_modifier=".cg")
+        coln = tl.load(gi + off + c0 + STEP, mask=vn, other=0, cache_modifier=".cg")
+        nw, nc = _split_at(s, col, v, pmask, pval, out_row, bw, bc, k, need, take_all, dk, di, cap)
+        bw += nw
+        bc += nc
+        s = sn
+        col = coln
+        v = vn
+    return bw, bc
+
+
+@triton.jit
 def _bracket_pass(row, lo, hi, s0, x1, t_hi, s_base, sh, dk, di, capp, whist, ctr, BLOCK: tl.constexpr,
                   CATOM: tl.constexpr, PIPE: tl.constexpr, PF: tl.constexpr):
     """The bracket's one read of [lo, hi): every key up to ``t_hi`` goes to this program's
@@ -291,21 +313,8 @@ def _region_emit(gk, gi, capp, cnts, n_reg, pmask, pval, out_row, k, need, take_
     jj = tl.arange(0, 32)
     cj = tl.minimum(tl.load(cnts + jj, mask=jj < n_reg, other=0, cache_modifier=".cg"), capp)
     cnt = tl.minimum(tl.load(cnts + j, mask=j < n_reg, other=0, cache_modifier=".cg"), capp)
-    wpos = tl.zeros([], tl.int32)
-    bpos = tl.zeros([], tl.int32)
-    v = c < cnt
-    s = tl.load(gk + j * capp + c, mask=v, other=0, cache_modifier=".cg")
-    col = tl.load(gi + j * capp + c, mask=v, other=0, cache_modifier=".cg")
-    for c0 in range(0, tl.max(cj), T // 32):
-        vn = c0 + T // 32 + c < cnt  # prefetch the next step
-        sn = tl.load(gk + j * capp + c0 + T // 32 + c, mask=vn, other=0, cache_modifier=".cg")
-        coln = tl.load(gi + j * capp + c0 + T // 32 + c, mask=vn, other=0, cache_modifier=".cg")
-        nw, nc = _split_at(s, col, v, pmask, pval, out_row, wpos, bpos, k, need, take_all, c2k, c2i, cap)
-        wpos += nw
-        bpos += nc
-        s = sn
-        col = coln
-        v = vn
+    _split_run(gk, gi, j * capp + c, c, cnt, tl.max(cj), pmask, pval, out_row, tl.zeros([], tl.int32),
+               tl.zeros([], tl.int32), k, need, take_all, c2k, c2i, cap, T // 32)
 
 
 @triton.jit
@@ -332,19 +341,8 @@ def _buf_emit(cand_k, cand_i, q0, q1, pmask, pval, out_row, ctl, k, need, take_a
         tl.debug_barrier()  # every warp's earlier slot atomics are done
         bw = tl.load(ctl + 1, cache_modifier=".cg")
         bc = tl.load(ctl + 4, cache_modifier=".cg")
-        v = q0 + r < q1
-        s = tl.load(cand_k + q0 + r, mask=v, other=0, cache_modifier=".cg")
-        col = tl.load(cand_i + q0 + r, mask=v, other=0, cache_modifier=".cg")
-        for start in range(q0, q1, RB):
-            vn = start + RB + r < q1
-            sn = tl.load(cand_k + start + RB + r, mask=vn, other=0, cache_modifier=".cg")
-            coln = tl.load(cand_i + start + RB + r, mask=vn, other=0, cache_modifier=".cg")
-            nw, nc = _split_at(s, col, v, pmask, pval, out_row, bw, bc, k, need, take_all, c2k, c2i, cap)
-            bw += nw
-            bc += nc
-            s = sn
-            col = coln
-            v = vn
+        bw, bc = _split_run(cand_k, cand_i, q0 + r, q0 + r, q1, q1 - q0, pmask, pval, out_row, bw, bc, k, need,
+                            take_all, c2k, c2i, cap, RB)
         tl.debug_barrier()
         tl.store(ctl + 1, bw)
         tl.store(ctl + 4, bc)

@@ -42,8 +42,8 @@ HALF_MAX_ROW = 16384  # row mode: up to 2 slots per program per multiprocessor
 ROW_RANK_BUDGET = 1 << 21  # one program ranks up to ~1448 candidates (~8K compares a thread)
 ROW_PROGRAMS_PER_SM = 1  # one wave of persistent programs (the bracket buffers make slots large)
 # row mode (CUDA): no program waits on another, so registers are traded for programs: 6 four-warp
-# programs a multiprocessor at 80 registers instead of 4 at 128 (runs 29-30: C = 128K 6.75 -> 6.30 ms,
-# no C slower; 64 x 8 was faster at 128K but slower at 16K; 792 slots on an H200, see docs/design.md)
+# programs a multiprocessor at 80 registers instead of 4 at 128 (probe runs 29-30: C = 128K 6.75 -> 6.30 ms,
+# no C slower in the probe; 64 x 8 was faster at 128K but slower at 16K; 792 slots on an H200, see docs/design.md)
 ROW_MAXNREG, ROW_PER_SM = 80, 6
 SAMP = 256  # bracket: strided samples of the row that place the window of the k-th key (split mode)
 SAMP_ROW = 512  # row mode (prefill): a narrower window pays for the longer sort (run 24: 7.09 -> 6.68 ms at C = 128K)
