@@ -226,6 +226,11 @@ def test_radix_bracket_paths(gen, width, k, pipe):
         radix_launch.launch(x, short, short, short, k, 1, False, stable, out, stats=stats, samp=256)
         assert_decode_equivalent(out, x, short, k, stable=stable)
         assert stats[0].tolist() == [-1, -1] and (stats[1:, 0] >= 1).all() != stable, stats
+    stats.fill_(-1)  # no window bins: rows 0 and 1 radix their gathered keys from the top digit
+    out = poisoned_out(4, k)
+    radix_launch.launch(x, lt, lt, lt, k, 1, False, False, out, stats=stats, samp=256, bins=False)
+    assert_decode_equivalent(out, x, lt, k)
+    assert stats[:, 0].tolist() == [2, 2, 3, 3], stats
 
 
 @interp
@@ -271,7 +276,8 @@ def test_radix_launch_refuses_bad_knobs():
                     (dict(rb=100), "rb"), (dict(maxnreg=100), "maxnreg"),
                     (dict(stats=torch.zeros(2, 3, dtype=torch.int32)), "stats"),
                     (dict(stats=torch.zeros(2, 2, dtype=torch.int64)), "stats"),
-                    (dict(bracket=1000), "bracket"), (dict(bracket=2.5e4), "bracket")):
+                    (dict(bracket=1000), "bracket"), (dict(bracket=2.5e4), "bracket"),
+                    (dict(wagg=True), "wagg")):  # inline PTX: never on the CPU / interpreter
         with pytest.raises(ValueError, match=msg):
             radix_launch.launch(x, lt, lt, lt, 64, 1, False, False, out, **kw)
     assert (out == POISON).all()
@@ -304,8 +310,10 @@ def test_radix_properties(draws):
     length layout) through the radix kernel with random knobs: small blocks (multi-block
     slices), 4..8-bit digits, no / default / unbounded early exit, dense or sparse later
     passes, with or without the bracket (rows of at least 4 x samp columns), its slot
-    atomics plain / pipelined or a block scan, one or two blocks of loads in flight, the
-    gathered keys emitted solo or with atomics, in steps of 128 or 512."""
+    atomics plain / pipelined or a block scan, with or without window bins, window keys
+    stored packed (int64) or as two arrays, one or two
+    blocks of loads in flight, the gathered keys emitted solo or with atomics, in steps of
+    128 or 512."""
     from dsa_ops.backends.triton import radix_launch
 
     x, lengths, next_n, k, windows = draws.draw(decode_case(exact=True))
@@ -317,7 +325,8 @@ def test_radix_properties(draws):
                  sparse_max=draws.draw(st.sampled_from([0, 64, 1 << 30])), fuse=draws.draw(st.booleans()),
                  bracket=draws.draw(st.booleans()), samp=draws.draw(st.sampled_from([None, 128, 256])),
                  catom=draws.draw(st.booleans()), pipe=draws.draw(st.booleans()), solo_emit=draws.draw(st.booleans()),
-                 prefetch=draws.draw(st.sampled_from([None, 1, 2])), rb=draws.draw(st.sampled_from([128, 512])))
+                 prefetch=draws.draw(st.sampled_from([None, 1, 2])), rb=draws.draw(st.sampled_from([128, 512])),
+                 bins=draws.draw(st.booleans()), pack=draws.draw(st.booleans()))
     flat = lengths.reshape(-1)
     nn = 1 if flat.numel() == x.shape[0] else next_n
     for stable in (False, True):
@@ -380,6 +389,12 @@ def test_radix_plan_split_and_its_off_switch(monkeypatch):
     assert rl.launch_plan(16384, 131072, torch.device("cpu"))[1]["maxnreg"] == rl.MAXNREG
     with pytest.raises(ValueError, match="maxnreg"):
         rl.launch_plan(1, 133120, dev, maxnreg=100)
+    # warp-aggregated slot atomics: CUDA, compiled, 4 keys a thread in every group of a block
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    assert rl.wagg_ok(dev, 1024, 4) and rl.wagg_ok(dev, 2048, 8) and not rl.wagg_ok(dev, 512, 8)
+    assert not rl.wagg_ok(torch.device("cpu"), 1024, 4)
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert not rl.wagg_ok(dev, 1024, 4)
     monkeypatch.setenv("DSA_OPS_TRITON_SPLIT", "0")
     assert rl.plan(1, 133120, dev).slices == 1
     with pytest.raises(ValueError, match="dbits"):

@@ -44,7 +44,8 @@ def constexprs(mode: str, num_warps: int, overrides: dict[str, int]) -> dict[str
     block = 1024 if mode == "row" else rl.BLOCK
     c = dict(BLOCK=block, RT=rl.RT, CT=rl.CT, PMAX=rl.PMAX, HMASK=True, DBITS=rl.DBITS, NB=1 << rl.DBITS,
              RB=rl.RB, SAMP=rl.SAMP_ROW if mode == "row" else rl.SAMP, NBW=min(rl.NBW, 256 * num_warps),
-             CATOM=True, PIPE=False, PF=rl.PF_ROW if mode == "row" else 1, TIMING=False)
+             CATOM=True, PIPE=False, PF=rl.PF_ROW if mode == "row" else 1, WAGG=True, PACK=True,
+             TIMING=False)
     params = inspect.signature(radix_kernel.fn).parameters
     for name, value in overrides.items():
         if name not in params:

@@ -2,7 +2,7 @@
 variants (graph replay, L2 flushed, median of 30). Writes JSON to argv[1].
 
 Sections (argv[2], comma list): smoke, check, paths, phases, decode, sweep, prefill, prefill_var,
-stable, occupancy, rowknobs. ``paths``
+stable, occupancy, rowknobs, readabl, wagg, waggrow. ``paths``
 records which way the bracket went per row (kernel stats) on several data distributions.
 """
 
@@ -78,7 +78,8 @@ if "smoke" in SECTIONS:
     assert_decode_equivalent(out, x, lt, K)
     log("smoke ok", radix.plan(2, 133120, x.device))
 
-VARIANTS = [("default", {}), ("bracket on", dict(bracket=True)),
+VARIANTS = [("default", {}), ("bracket on", dict(bracket=True)), ("bracket on, per-key slots, two stores",
+            dict(bracket=True, wagg=False, pack=False)),
             ("bracket on, prefetch 2", dict(bracket=True, prefetch=2)), ("no bracket", dict(bracket=False))]
 if "check" in SECTIONS:
     n = 0
@@ -331,5 +332,100 @@ if "rowknobs" in SECTIONS:  # row mode: sample size with the occupancy trade
         rk.append(rec)
         del x
     res["rowknobs"] = {"prefill_ms": rk}
+    save()
+if "readabl" in SECTIONS:  # the bracket read without window bins (rows radix their gathered keys)
+    ra = []
+    R = 16384
+    kinds = [("default", {}), ("bins off", dict(bins=False)), ("64 regs, 8/SM", dict(maxnreg=64, per_sm=8)),
+             ("64 regs, 8/SM, bins off", dict(maxnreg=64, per_sm=8, bins=False))]
+    for C in (16384, 32768, 131072):
+        x = torch.randn(R, C, device="cuda")
+        s, e, out = causal_chunk(R, C)
+        rec = {"C": C}
+        for name, kw in kinds:
+            rec[name] = time_prefill(lambda kw=kw: radix.launch(x, s, s, e, K, 1, True, False, out, **kw), x, s, e, out)
+        if C == 131072:
+            for name, kw in kinds[:2]:
+                st = torch.zeros((R, 10), dtype=torch.int32, device="cuda")
+                radix.launch(x, s, s, e, K, 1, True, False, out, stats=st, **kw)
+                torch.cuda.synchronize()
+                d = phase_ns(st)
+                ok = st[:, 0] >= 1
+                rec[f"phases {name}"] = dict(zip(PHASES, d[ok].median(dim=0).values.int().tolist()))
+        log(rec)
+        ra.append(rec)
+        del x
+    dec = []
+    for width, rows, L in ((133120, 1, 131072), (133120, 64, 131072), (1048576, 8, 131072)):
+        x = torch.randn(rows, width, device="cuda")
+        lt = lens_for(rows, L, gen)
+        out = torch.empty(rows, K, dtype=torch.int32, device="cuda")
+        rec = {"W": width, "rows": rows, "L": L}
+        dk = (("default", {}), ("bins off", dict(bins=False)))
+        for name, kw in dk:
+            run_radix(x, lt, out, **kw)
+            assert_decode_equivalent(out, x, lt, K)
+        for rnd in range(2):
+            for name, kw in dk:
+                rec.setdefault(name, []).append(round(time_graph(lambda: run_radix(x, lt, out, **kw)).median, 1))
+        log(rec)
+        dec.append(rec)
+    res["readabl"] = {"prefill_ms": ra, "decode_us": dec}
+    save()
+if "wagg" in SECTIONS:  # the bracket read's L2 requests: per-warp slot atomics, one int64 store a key
+    wa = []
+    R = 16384
+    kinds = [("default", {}), ("per-key slots, two stores (before)", dict(wagg=False, pack=False)),
+             ("per-key slots", dict(wagg=False)), ("two stores", dict(pack=False)),
+             ("64 regs, 8/SM", dict(maxnreg=64, per_sm=8)), ("128 regs, 4/SM", dict(maxnreg=128, per_sm=4))]
+    for C in (16384, 32768, 65536, 131072):
+        x = torch.randn(R, C, device="cuda")
+        s, e, out = causal_chunk(R, C)
+        rec = {"C": C}
+        for name, kw in kinds:
+            rec[name] = time_prefill(lambda kw=kw: radix.launch(x, s, s, e, K, 1, True, False, out, **kw), x, s, e, out)
+        if C == 131072:
+            for name, kw in kinds[:2]:
+                st = torch.zeros((R, 10), dtype=torch.int32, device="cuda")
+                radix.launch(x, s, s, e, K, 1, True, False, out, stats=st, **kw)
+                torch.cuda.synchronize()
+                d = phase_ns(st)
+                ok = st[:, 0] >= 1
+                rec[f"phases {name}"] = dict(zip(PHASES, d[ok].median(dim=0).values.int().tolist()))
+        log(rec)
+        wa.append(rec)
+        del x
+    dec = []
+    for width, rows, L in ((133120, 1, 131072), (133120, 32, 131072), (133120, 64, 131072), (1048576, 8, 131072)):
+        x = torch.randn(rows, width, device="cuda")
+        lt = lens_for(rows, L, gen)
+        out = torch.empty(rows, K, dtype=torch.int32, device="cuda")
+        rec = {"W": width, "rows": rows, "L": L}
+        dk = (("default", {}), ("before", dict(wagg=False, pack=False)))
+        for name, kw in dk:
+            run_radix(x, lt, out, **kw)
+            assert_decode_equivalent(out, x, lt, K)
+        for rnd in range(2):
+            for name, kw in dk:
+                rec.setdefault(name, []).append(round(time_graph(lambda: run_radix(x, lt, out, **kw)).median, 1))
+        log(rec)
+        dec.append(rec)
+    res["wagg"] = {"prefill_ms": wa, "decode_us": dec}
+    save()
+if "waggrow" in SECTIONS:  # row mode at 64 x 8: warp-aggregated slots for every row or only shorter ones
+    wr = []
+    R = 16384
+    kinds = [("default", {}), ("wagg below 100000", dict(wagg_max=100000)), ("wagg off", dict(wagg=False)),
+             ("80 regs, 6/SM", dict(maxnreg=80, per_sm=6))]
+    for C in (131072, 65536):
+        x = torch.randn(R, C, device="cuda")
+        s, e, out = causal_chunk(R, C)
+        rec = {"C": C}
+        for name, kw in kinds:
+            rec[name] = time_prefill(lambda kw=kw: radix.launch(x, s, s, e, K, 1, True, False, out, **kw), x, s, e, out)
+        log(rec)
+        wr.append(rec)
+        del x
+    res["waggrow"] = {"prefill_ms": wr}
     save()
 log("done")

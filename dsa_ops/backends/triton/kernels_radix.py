@@ -80,6 +80,81 @@ def _barrier(ctr, target):
     tl.debug_barrier()
 
 
+# One returning atomic per warp and four keys a thread (PTX; CUDA only): the lanes' key counts
+# are scanned with shuffles, lane 31 adds the warp's total to the counter, and every key gets
+# base + its rank in the warp. $0-$3: slots, $4-$7: masks (0 / 1), $8-$11: the counter's address.
+_WARP_SLOTS_PTX = tl.constexpr("""{
+.reg .u32 wn, wx, wt, wtot, wbase, wlane;
+.reg .pred wp, wq;
+add.u32 wn, $4, $5;
+add.u32 wn, wn, $6;
+add.u32 wn, wn, $7;
+mov.u32 wx, wn;
+shfl.sync.up.b32 wt|wp, wx, 1, 0, 0xffffffff;
+@wp add.u32 wx, wx, wt;
+shfl.sync.up.b32 wt|wp, wx, 2, 0, 0xffffffff;
+@wp add.u32 wx, wx, wt;
+shfl.sync.up.b32 wt|wp, wx, 4, 0, 0xffffffff;
+@wp add.u32 wx, wx, wt;
+shfl.sync.up.b32 wt|wp, wx, 8, 0, 0xffffffff;
+@wp add.u32 wx, wx, wt;
+shfl.sync.up.b32 wt|wp, wx, 16, 0, 0xffffffff;
+@wp add.u32 wx, wx, wt;
+shfl.sync.idx.b32 wtot, wx, 31, 31, 0xffffffff;
+mov.u32 wlane, %laneid;
+setp.eq.u32 wq, wlane, 31;
+setp.ne.and.u32 wq, wtot, 0, wq;
+mov.u32 wbase, 0;
+@wq atom.relaxed.gpu.global.add.u32 wbase, [$8], wtot;
+shfl.sync.idx.b32 wbase, wbase, 31, 31, 0xffffffff;
+sub.u32 wx, wx, wn;
+add.u32 $0, wbase, wx;
+add.u32 $1, $0, $4;
+add.u32 $2, $1, $5;
+add.u32 $3, $2, $6;
+}""")
+
+
+@triton.jit
+def _slots(ctr, m, wz, WAGG: tl.constexpr):
+    """A slot per key where ``m`` (any order; other lanes' values are arbitrary) from the
+    counter ``ctr``. WAGG (CUDA, 4k keys a thread, no replicated layout, every lane of a warp
+    here): one atomic per warp and four keys a thread (``_WARP_SLOTS_PTX``); the counter
+    gets an L2 request per warp instead of one per key (run 31's profile: 23.7M atomic
+    requests for 23.7M window keys), where the program-uniform ``wz`` holds. Else one relaxed
+    atomic per key."""
+    if WAGG:
+        if wz:
+            pc = tl.inline_asm_elementwise(_WARP_SLOTS_PTX, "=r,=r,=r,=r,r,r,r,r,l,l,l,l",
+                                           [m.to(tl.int32), (ctr + tl.zeros(m.shape, tl.int32)).to(tl.int64)],
+                                           dtype=tl.int32, is_pure=False, pack=4)
+        else:
+            pc = tl.atomic_add(ctr + tl.zeros(m.shape, tl.int32), 1, mask=m, sem="relaxed")
+    else:
+        pc = tl.atomic_add(ctr + tl.zeros(m.shape, tl.int32), 1, mask=m, sem="relaxed")
+    return pc
+
+
+@triton.jit
+def _pk(s, col):
+    """(key, column) as one int64: the column in the high word, the key's bits in the low."""
+    return (col.to(tl.int64) << 32) | (s.to(tl.int64) & 0xFFFFFFFF)
+
+
+@triton.jit
+def _ld2(gk, gi, off, v, packed):
+    """Keys and columns at ``off`` where ``v``: two int32 arrays (gk, gi), or where
+    ``packed`` != 0 one int64 array at gk (``_pk``; gi unused)."""
+    if packed != 0:
+        w = tl.load(gk.to(tl.pointer_type(tl.int64)) + off, mask=v, other=0, cache_modifier=".cg")
+        s = w.to(tl.int32)
+        col = (w >> 32).to(tl.int32)
+    else:
+        s = tl.load(gk + off, mask=v, other=0, cache_modifier=".cg")
+        col = tl.load(gi + off, mask=v, other=0, cache_modifier=".cg")
+    return s, col
+
+
 @triton.jit
 def _hist_block(s, v, pmask, pval, shift, NB: tl.constexpr, HMASK: tl.constexpr):
     """NB-bin histogram of digit ``(u >> shift) & (NB - 1)`` over valid keys with ``u & pmask == pval``.
@@ -192,18 +267,16 @@ def _split_at(s, col, v, pmask, pval, out_row, bw, bc, k, need, take_all, dk, di
 
 
 @triton.jit
-def _split_run(gk, gi, off, idx, lim, end, pmask, pval, out_row, bw, bc, k, need, take_all, dk, di, cap,
+def _split_run(gk, gi, off, idx, lim, end, pmask, pval, out_row, bw, bc, k, need, take_all, dk, di, cap, packed,
                STEP: tl.constexpr):
     """``_split_at`` over the keys (gk, gi) at ``off + c0`` for c0 in [0, end) by STEP, a lane
     valid while ``idx + c0 < lim``, the next step prefetched; ``bw`` / ``bc``: the running
-    slots to start from. Returns them after the last step."""
+    slots to start from (``packed``: see ``_ld2``). Returns them after the last step."""
     v = idx < lim
-    s = tl.load(gk + off, mask=v, other=0, cache_modifier=".cg")
-    col = tl.load(gi + off, mask=v, other=0, cache_modifier=".cg")
+    s, col = _ld2(gk, gi, off, v, packed)
     for c0 in range(0, end, STEP):
         vn = idx + c0 + STEP < lim
-        sn = tl.load(gk + off + c0 + STEP, mask=vn, other=0, cache_modifier=".cg")
-        coln = tl.load(gi + off + c0 + STEP, mask=vn, other=0, cache_modifier=".cg")
+        sn, coln = _ld2(gk, gi, off + c0 + STEP, vn, packed)
         nw, nc = _split_at(s, col, v, pmask, pval, out_row, bw, bc, k, need, take_all, dk, di, cap)
         bw += nw
         bc += nc
@@ -214,8 +287,9 @@ def _split_run(gk, gi, off, idx, lim, end, pmask, pval, out_row, bw, bc, k, need
 
 
 @triton.jit
-def _bracket_pass(row, lo, hi, s0, x1, t_hi, s_base, sh, dk, di, capp, whist, ctr, BLOCK: tl.constexpr,
-                  CATOM: tl.constexpr, PIPE: tl.constexpr, PF: tl.constexpr):
+def _bracket_pass(row, lo, hi, s0, x1, t_hi, s_base, sh, dk, di, capp, whist, ctr, wz, BLOCK: tl.constexpr,
+                  CATOM: tl.constexpr, PIPE: tl.constexpr, PF: tl.constexpr, BINS: tl.constexpr,
+                  WAGG: tl.constexpr, PACK: tl.constexpr):
     """The bracket's one read of [lo, hi): every key up to ``t_hi`` goes to this program's
     region of the buffer (dk, di: ``capp`` slots) and, when at or above ``s_base``, adds one
     to bin ``1 + (key - s_base) >> sh`` of ``whist``. Slots: CATOM, one atomic per such key
@@ -224,7 +298,10 @@ def _bracket_pass(row, lo, hi, s0, x1, t_hi, s_base, sh, dk, di, capp, whist, ct
     so the slot atomics' round trip overlaps the next block. Returns (keys up to t_hi, keys
     below s_base); PF (1 or 2): blocks of loads in flight ahead of the one at work. Slots past
     ``capp`` are not written. ``s0``: the first block's keys, ``x1``: the second block's
-    values (loaded early)."""
+    values (loaded early). BINS (CATOM only) = False: no bin atomics (every window key lands in
+    bin 0, so the row radixes its gathered keys from the top digit). PACK (CATOM only): one
+    int64 store a key (``_pk``) at ``dk`` viewed as int64, instead of a key and a column store."""
+    dp = dk.to(tl.pointer_type(tl.int64))
     ar = tl.arange(0, BLOCK)
     s = s0
     x = x1
@@ -248,16 +325,22 @@ def _bracket_pass(row, lo, hi, s0, x1, t_hi, s_base, sh, dk, di, capp, whist, ct
         inw = (o < hi) & (s <= t_hi)
         binned = inw & (s >= s_base)
         d = ((s.to(tl.uint32, bitcast=True) - s_base.to(tl.uint32, bitcast=True)) >> sh.to(tl.uint32)).to(tl.int32)
-        tl.atomic_add(whist + 1 + d, 1, mask=binned, sem="relaxed")
+        if BINS | (CATOM == 0):
+            tl.atomic_add(whist + 1 + d, 1, mask=binned, sem="relaxed")
         if CATOM:
-            pc = tl.atomic_add(ctr + tl.zeros([BLOCK], tl.int32), 1, mask=inw, sem="relaxed")
+            pc = _slots(ctr, inw, wz, WAGG)
             if PIPE:
-                tl.store(dk + p_pc, p_s, mask=p_in & (p_pc < capp))
-                tl.store(di + p_pc, p_o, mask=p_in & (p_pc < capp))
+                if PACK:
+                    tl.store(dp + p_pc, _pk(p_s, p_o), mask=p_in & (p_pc < capp))
+                else:
+                    tl.store(dk + p_pc, p_s, mask=p_in & (p_pc < capp))
+                    tl.store(di + p_pc, p_o, mask=p_in & (p_pc < capp))
                 p_pc = pc
                 p_s = s
                 p_o = o
                 p_in = inw
+            elif PACK:
+                tl.store(dp + pc, _pk(s, o), mask=inw & (pc < capp))
             else:
                 tl.store(dk + pc, s, mask=inw & (pc < capp))
                 tl.store(di + pc, o, mask=inw & (pc < capp))
@@ -272,8 +355,11 @@ def _bracket_pass(row, lo, hi, s0, x1, t_hi, s_base, sh, dk, di, capp, whist, ct
             und += nc - (n2 >> 16)
     if CATOM:
         if PIPE:
-            tl.store(dk + p_pc, p_s, mask=p_in & (p_pc < capp))
-            tl.store(di + p_pc, p_o, mask=p_in & (p_pc < capp))
+            if PACK:
+                tl.store(dp + p_pc, _pk(p_s, p_o), mask=p_in & (p_pc < capp))
+            else:
+                tl.store(dk + p_pc, p_s, mask=p_in & (p_pc < capp))
+                tl.store(di + p_pc, p_o, mask=p_in & (p_pc < capp))
         tl.debug_barrier()
         cnt = tl.atomic_add(ctr, 0, sem="relaxed")  # every slot of this program was taken
         und = -1  # the caller derives it from the bins
@@ -314,35 +400,40 @@ def _region_emit(gk, gi, capp, cnts, n_reg, pmask, pval, out_row, k, need, take_
     cj = tl.minimum(tl.load(cnts + jj, mask=jj < n_reg, other=0, cache_modifier=".cg"), capp)
     cnt = tl.minimum(tl.load(cnts + j, mask=j < n_reg, other=0, cache_modifier=".cg"), capp)
     _split_run(gk, gi, j * capp + c, c, cnt, tl.max(cj), pmask, pval, out_row, tl.zeros([], tl.int32),
-               tl.zeros([], tl.int32), k, need, take_all, c2k, c2i, cap, T // 32)
+               tl.zeros([], tl.int32), k, need, take_all, c2k, c2i, cap, 0, T // 32)
 
 
 @triton.jit
-def _buf_count(cand_k, q0, q1, pmask, pval, shift, ghist, RB: tl.constexpr, NB: tl.constexpr):
-    """Sparse pass over the gathered keys [q0, q1) of the candidate buffer: each key that
-    matches the prefix adds one to its digit's bin of ``ghist``."""
+def _buf_count(cand_k, q0, q1, pmask, pval, shift, ghist, packed, RB: tl.constexpr, NB: tl.constexpr):
+    """Sparse pass over the gathered keys [q0, q1) of the candidate buffer (``packed``: see
+    ``_ld2``): each key that matches the prefix adds one to its digit's bin of ``ghist``."""
     r = tl.arange(0, RB)
     for start in range(q0, q1, RB):
         o = start + r
-        u = tl.load(cand_k + o, mask=o < q1, other=0, cache_modifier=".cg") ^ INT_MIN
+        if packed != 0:
+            u = tl.load(cand_k.to(tl.pointer_type(tl.int64)) + o, mask=o < q1, other=0,
+                        cache_modifier=".cg").to(tl.int32) ^ INT_MIN
+        else:
+            u = tl.load(cand_k + o, mask=o < q1, other=0, cache_modifier=".cg") ^ INT_MIN
         m = (o < q1) & ((u & pmask) == pval)
         tl.atomic_add(ghist + ((u >> shift) & (NB - 1)), 1, mask=m, sem="relaxed")
 
 
 @triton.jit
-def _buf_emit(cand_k, cand_i, q0, q1, pmask, pval, out_row, ctl, k, need, take_all, c2k, c2i, cap, solo,
+def _buf_emit(cand_k, cand_i, q0, q1, pmask, pval, out_row, ctl, k, need, take_all, c2k, c2i, cap, solo, packed,
               RB: tl.constexpr):
     """``_split_block`` over the gathered keys [q0, q1): the bin's keys get the slots of
     ctl[4] and go to the second buffer (c2k, c2i) unless taken whole. ``solo`` (the row's
     only program): running slot counts in registers (read from ctl[1] / ctl[4] once, written
-    back at the end) and the next chunk prefetched, instead of two dependent atomics a chunk."""
+    back at the end) and the next chunk prefetched, instead of two dependent atomics a chunk.
+    ``packed``: see ``_ld2``."""
     r = tl.arange(0, RB)
     if solo != 0:
         tl.debug_barrier()  # every warp's earlier slot atomics are done
         bw = tl.load(ctl + 1, cache_modifier=".cg")
         bc = tl.load(ctl + 4, cache_modifier=".cg")
         bw, bc = _split_run(cand_k, cand_i, q0 + r, q0 + r, q1, q1 - q0, pmask, pval, out_row, bw, bc, k, need,
-                            take_all, c2k, c2i, cap, RB)
+                            take_all, c2k, c2i, cap, packed, RB)
         tl.debug_barrier()
         tl.store(ctl + 1, bw)
         tl.store(ctl + 4, bc)
@@ -350,8 +441,7 @@ def _buf_emit(cand_k, cand_i, q0, q1, pmask, pval, out_row, ctl, k, need, take_a
         for start in range(q0, q1, RB):
             o = start + r
             v = o < q1
-            s = tl.load(cand_k + o, mask=v, other=0, cache_modifier=".cg")
-            col = tl.load(cand_i + o, mask=v, other=0, cache_modifier=".cg")
+            s, col = _ld2(cand_k, cand_i, o, v, packed)
             _split_block(s, col, v, pmask, pval, out_row, ctl + 4, ctl, k, need, take_all, c2k, c2i, cap)
 
 
@@ -475,14 +565,15 @@ def _bracket(row, L, k, SAMP: tl.constexpr, NBW: tl.constexpr):
 
 @triton.jit(do_not_specialize=["stride_r", "R", "W", "k", "next_n", "n_slices", "is_prefill", "stable",
                                "cand_cap", "ws_stride", "min_slice", "rank_budget", "sparse_max", "fuse",
-                               "br_min", "want_stats", "finisher", "solo_emit"])
+                               "br_min", "want_stats", "finisher", "solo_emit", "wagg_max"])
 def radix_kernel(logits, stride_r, lens, starts, ends, out, ws, stats,
                  R, W, k, next_n, n_slices, is_prefill, stable, cand_cap, ws_stride, min_slice, rank_budget,
-                 sparse_max, fuse, br_min, want_stats, finisher, solo_emit,
+                 sparse_max, fuse, br_min, want_stats, finisher, solo_emit, wagg_max,
                  BLOCK: tl.constexpr, RT: tl.constexpr, CT: tl.constexpr, PMAX: tl.constexpr,
                  HMASK: tl.constexpr, DBITS: tl.constexpr, NB: tl.constexpr, RB: tl.constexpr,
                  SAMP: tl.constexpr, NBW: tl.constexpr, CATOM: tl.constexpr = True, PIPE: tl.constexpr = False,
-                 PF: tl.constexpr = 1,
+                 PF: tl.constexpr = 1, BINS: tl.constexpr = True, WAGG: tl.constexpr = False,
+                 PACK: tl.constexpr = False,
                  TIMING: tl.constexpr = False):
     """Grid (G0, n_slices). n_slices > 1: G0 = R, program (r, s) owns slice s of row r and
     slot r. n_slices = 1: program g loops over rows g, g + G0, ... with slot g.
@@ -522,7 +613,7 @@ def radix_kernel(logits, stride_r, lens, starts, ends, out, ws, stats,
                 p = tl.zeros([], tl.int32)  # passes made (histogram slot)
                 rem = tl.zeros([], tl.int32) + 32  # low key bits not yet fixed by the prefix
                 go = tl.full([], 1, tl.int32)
-                buf = tl.zeros([], tl.int32)  # 1: the matching keys are gathered in the candidate buffer
+                buf = tl.zeros([], tl.int32)  # 1 / 2: the matching keys are gathered in the candidate buffer (2: packed)
                 q0 = tl.zeros([], tl.int32)  # this program's share [q0, q1) of the gathered keys
                 q1 = tl.zeros([], tl.int32)
                 gofs = tl.zeros([], tl.int32)  # gathered keys at this offset of the buffer, the rank's bin at the other half
@@ -538,8 +629,9 @@ def radix_kernel(logits, stride_r, lens, starts, ends, out, ws, stats,
                     _tick(stats, r, 1, me, TIMING)
                     capp = half // n_act
                     q0 = s_idx * capp
-                    cnt, und = _bracket_pass(row, lo, hi, key0, x1, t_hi, s_base, sh, cand_k + q0, cand_i + q0, capp,
-                                             whist, pcnt + s_idx, BLOCK, CATOM, PIPE, PF)
+                    cnt, und = _bracket_pass(row, lo, hi, key0, x1, t_hi, s_base, sh,
+                                             cand_k + (2 * q0 if (PACK & CATOM) else q0), cand_i + q0, capp,
+                                             whist, pcnt + s_idx, L < wagg_max, BLOCK, CATOM, PIPE, PF, BINS, WAGG, PACK & CATOM)
                     q1 = q0 + tl.minimum(cnt, capp)
                     tl.atomic_add(ctl + 6, tl.where(cnt > capp, 1 << 24, cnt), sem="relaxed")  # overflow: poison
                     if und >= 0:
@@ -562,7 +654,7 @@ def radix_kernel(logits, stride_r, lens, starts, ends, out, ws, stats,
                         path = tl.full([], 3, tl.int32)
                         if (nwin >= k) & (nwin < (1 << 24)):
                             b, bel, cb = _choose(hw, k)
-                            buf = tl.full([], 1, tl.int32)
+                            buf = tl.full([], 2 if (PACK & CATOM) else 1, tl.int32)  # 2: packed (no finisher)
                             path = tl.full([], 2, tl.int32)
                             if b == 0:  # the k-th is below the base: radix the gathered keys from the top digit
                                 cb = nwin
@@ -607,7 +699,7 @@ def radix_kernel(logits, stride_r, lens, starts, ends, out, ws, stats,
                     shift = tl.maximum(rem - DBITS, 0)  # 12-bit: 20, 8, 0 (overlap already fixed)
                     ghist = slot + HIST + NB * p
                     if buf != 0:  # later passes count the gathered keys only
-                        _buf_count(cand_k + gofs, q0, q1, pmask, pval, shift, ghist, RB, NB)
+                        _buf_count(cand_k + gofs, q0, q1, pmask, pval, shift, ghist, buf == 2, RB, NB)
                         nb += 1
                         _barrier(ctl, n_act * nb)
                         h = tl.load(ghist + bins, cache_modifier=".cg")
@@ -658,8 +750,11 @@ def radix_kernel(logits, stride_r, lens, starts, ends, out, ws, stats,
                     if buf != 0:
                         rk = cand_k + (half - gofs)
                         ri = cand_i + (half - gofs)
+                        if buf == 2:  # the packed keys fill cand_k: the bin goes to cand_i's two halves
+                            rk = cand_i
+                            ri = cand_i + half
                         _buf_emit(cand_k + gofs, cand_i + gofs, q0, q1, pmask, pval, out_row, ctl, k, need, take_all, rk, ri,
-                                  half, (n_act == 1) & (solo_emit != 0), RB)
+                                  half, (n_act == 1) & (solo_emit != 0), buf == 2, RB)
                     else:
                         _emit_pass(row, lo, hi, key0, pmask, pval, out_row, ctl, k, need, take_all, cand_k,
                                    cand_i, cand_cap, 0, ctl, 0, BLOCK, NB)

@@ -41,10 +41,11 @@ HALF_MAX_SPLIT = 32768  # gathered keys at most (half the buffer), split mode: f
 HALF_MAX_ROW = 16384  # row mode: up to 2 slots per program per multiprocessor
 ROW_RANK_BUDGET = 1 << 21  # one program ranks up to ~1448 candidates (~8K compares a thread)
 ROW_PROGRAMS_PER_SM = 1  # one wave of persistent programs (the bracket buffers make slots large)
-# row mode (CUDA): no program waits on another, so registers are traded for programs: 6 four-warp
-# programs a multiprocessor at 80 registers instead of 4 at 128 (probe runs 29-30: C = 128K 6.75 -> 6.30 ms,
-# no C slower in the probe; 64 x 8 was faster at 128K but slower at 16K; 792 slots on an H200, see docs/design.md)
-ROW_MAXNREG, ROW_PER_SM = 80, 6
+# row mode (CUDA): no program waits on another, so registers are traded for programs: 8 four-warp
+# programs a multiprocessor at 64 registers instead of 4 at 128 (probe runs 29-30: 80 x 6 took C = 128K from
+# 6.75 to 6.30 ms; run 32, with the warp-aggregated slots and packed stores: 64 x 8 was the fastest at every C,
+# 1.08 / 1.78 / 3.13 / 5.71 ms against 1.12 / 1.99 / 3.61 / 6.66 at 80 x 6; 1056 slots on an H200, docs/design.md)
+ROW_MAXNREG, ROW_PER_SM = 64, 8
 SAMP = 256  # bracket: strided samples of the row that place the window of the k-th key (split mode)
 SAMP_ROW = 512  # row mode (prefill): a narrower window pays for the longer sort (run 24: 7.09 -> 6.68 ms at C = 128K)
 PF_ROW = 1  # row mode: blocks of loads in flight in the bracket's read (2 measured slower: run 25, 6.7 -> 8.1 ms)
@@ -203,6 +204,14 @@ def _split_bracket_from(rows: int) -> int:
     raise AssertionError("SPLIT_BRACKET_FROM ends with an unbounded entry")
 
 
+def wagg_ok(device: torch.device, block: int, num_warps: int) -> bool:
+    """Whether the warp-aggregated slot atomics (inline PTX) can run: CUDA, compiled (not
+    Triton's interpreter), and four keys a thread in each group of a block (a multiple of
+    4 keys a thread, none replicated)."""
+    return (device.type == "cuda" and torch.version.hip is None and os.environ.get("TRITON_INTERPRET", "0") in ("", "0")
+            and block % (128 * num_warps) == 0)
+
+
 def workspace(device: torch.device, slots: int, stride: int) -> Tensor:
     """int32 (slots, stride) zeros, cached per stream (see ``launch.cached_workspace``)."""
     return cached_workspace(device, ("radix", slots, stride),
@@ -217,7 +226,8 @@ def launch(logits: Tensor, lens: Tensor, starts: Tensor, ends: Tensor, k: int, n
            fuse: bool = True, bracket: bool | int | None = None, stats: Tensor | None = None,
            nbw: int | None = None, samp: int | None = None, catom: bool = True, finisher: bool = False,
            pipe: bool = False, solo_emit: bool = True, prefetch: int | None = None,
-           maxnreg: int | None = None) -> None:
+           maxnreg: int | None = None, bins: bool = True, wagg: bool | None = None, pack: bool = True,
+           wagg_max: int | None = None) -> None:
     """Fill ``out`` (R, k) int32 with the cooperative radix kernel (keywords: tuning).
 
     ``bracket``: non-stable rows of at least 4 x samp columns start with the sampled window
@@ -235,6 +245,15 @@ def launch(logits: Tensor, lens: Tensor, starts: Tensor, ends: Tensor, k: int, n
     mode with four-warp programs takes ROW_MAXNREG / ROW_PER_SM, split mode MAXNREG and the
     tuning's per_sm.
     ``rb``: gathered keys per step of the passes over the candidate buffer.
+    ``bins=False`` (with catom): the bracket's read counts no window bins; each bracketed row
+    then radixes its gathered keys from the top digit (an experiment: one atomic a window
+    key fewer in the read, digit passes over the buffer after it).
+    ``wagg``: the bracket read's slot atomics aggregated per warp (inline PTX, see
+    ``kernels_radix._slots``); None: wherever it can run (:func:`wagg_ok`). ``wagg_max``: only
+    rows shorter than this live length aggregate (None: every row).
+    ``pack``: the bracket read stores each window key and its column as one int64 (one
+    store instead of two; with catom, and not with the finisher, which reads the regions
+    as two arrays).
     ``stats``: an int32 (R, 2) tensor that receives each bracketed row's path and window
     size (tests and probes; rows without the bracket keep their values).
     """
@@ -262,6 +281,12 @@ def launch(logits: Tensor, lens: Tensor, starts: Tensor, ends: Tensor, k: int, n
         raise ValueError(f"prefetch must be 1 or 2 (blocks in flight in the bracket's read), got {prefetch}")
     if rb not in (128, 256, 512, 1024, 2048):
         raise ValueError(f"rb must be 128, 256, 512, 1024 or 2048 (gathered keys per step), got {rb}")
+    ok = wagg_ok(logits.device, block, num_warps)
+    if wagg is None:
+        wagg = ok
+    elif wagg and not ok:
+        raise ValueError(f"wagg=True needs CUDA outside Triton's interpreter and block a multiple of 128 x "
+                         f"num_warps (block={block}, num_warps={num_warps})")
     row_mode = p.slices == 1
     samp = (SAMP_ROW if row_mode else SAMP) if samp is None else samp
     prefetch = (PF_ROW if row_mode else 1) if prefetch is None else prefetch
@@ -280,9 +305,10 @@ def launch(logits: Tensor, lens: Tensor, starts: Tensor, ends: Tensor, k: int, n
         logits, logits.stride(0), lens, starts, ends, out, ws, out if stats is None else stats,
         rows, width, k, next_n, p.slices, int(is_prefill), int(stable), p.cand_cap, ws.stride(0), min_slice,
         p.rank_budget if rank_budget is None else rank_budget, sparse_max, int(fuse), br_min,
-        int(stats is not None), int(finisher), int(solo_emit),
+        int(stats is not None), int(finisher), int(solo_emit), (1 << 31) - 1 if wagg_max is None else int(wagg_max),
         BLOCK=block, RT=rt, CT=ct, PMAX=PMAX, HMASK=_hist_mask() if hist_mask is None else hist_mask,
         DBITS=dbits, NB=1 << dbits, RB=rb, SAMP=samp, NBW=min(NBW, 256 * num_warps) if nbw is None else nbw,
-        CATOM=catom, PIPE=pipe, PF=prefetch, TIMING=timing, num_warps=num_warps,
+        CATOM=catom, PIPE=pipe, PF=prefetch, BINS=bool(bins), WAGG=bool(wagg),
+        PACK=bool(pack) and not finisher, TIMING=timing, num_warps=num_warps,
         **({"maxnreg": maxnreg} if cuda else {}),
     )
