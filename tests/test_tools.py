@@ -29,7 +29,9 @@ def test_offline_sass_reports_the_read_loop(capsys, tmp_path):
     sass = tmp_path / "k.sass"
     assert tool.main(["--mode", "row", "--sass", str(sass)]) == 0
     out = capsys.readouterr().out
-    assert "row mode, 4 warps, maxnreg 80" in out
+    from dsa_ops.backends.triton import radix_launch as rl
+
+    assert f"row mode, 4 warps, maxnreg {rl.ROW_MAXNREG}" in out
     assert "registers " in out and "bracket read loop 0x" in out, out
     assert "ATOMG" in sass.read_text()
     with pytest.raises(SystemExit, match="not a parameter"):

@@ -10,9 +10,10 @@ radix works on ``u = skey ^ INT_MIN`` whose *unsigned* order is the same.
    q + m (q the k-th's expected rank, m = 4.5 sigma + 2) gives the window's top key
    t_hi, and rank q - m (or, past the best sample, the window's width below it) the base
    of NBW bins of 2^sh keys each. One read of the slice then sends every key <= t_hi to the
-   program's region of the candidate buffer (a slot per key from a per-program atomic
-   counter: no CTA-wide scan) and counts it in its bin of the row's window histogram
-   (bin 0: keys below the base). After one barrier every program picks the bin of the
+   program's region of the candidate buffer (slots from a per-program atomic counter, no
+   CTA-wide scan; on CUDA one atomic per warp and four keys a thread, see ``_slots``; key
+   and column stored as one int64, see ``_pk``) and counts it in its bin of the row's
+   window histogram (bin 0: keys below the base). After one barrier every program picks the bin of the
    k-th key; that bin is a prefix of the key bits, so steps 1-3 continue on the gathered
    keys (usually with a bin of a few keys: straight to the rank). Exact fallbacks: the
    k-th below the base (bin 0) radixes all gathered keys from the top digit; fewer than k
@@ -50,8 +51,10 @@ barrier never waits). The program that finishes a row last restores the row's hi
 window bins, counters and per-program counts to zero, so replays need no memset.
 Workspace per slot (int32): [0, 12288) histograms (passes x bins), [12288, 12304)
 counters, [12304, 12816) per-program counts (stable) and slot counters (bracket),
-[12816, 14864) window bins, then the candidate keys and columns (``cand_cap`` each; the
-bracket's regions and gathers use the first half, the rank's bin the second half).
+[12816, 14864) window bins, then the candidate keys and columns (``cand_cap`` each; gathers
+use the first half, the rank's bin the second half; the bracket's packed regions fill the
+key array as ``cand_cap / 2`` int64, and the rank's bin then goes to the column array's
+two halves).
 """
 
 from __future__ import annotations
