@@ -2,7 +2,7 @@
 variants (graph replay, L2 flushed, median of 30). Writes JSON to argv[1].
 
 Sections (argv[2], comma list): smoke, check, paths, phases, decode, sweep, prefill, prefill_var,
-stable, occupancy, rowknobs, readabl, wagg, waggrow. ``paths``
+stable, occupancy, rowknobs, readabl, wagg, waggrow, rowphase. ``paths``
 records which way the bracket went per row (kernel stats) on several data distributions.
 """
 
@@ -427,5 +427,28 @@ if "waggrow" in SECTIONS:  # row mode at 64 x 8: warp-aggregated slots for every
         wr.append(rec)
         del x
     res["waggrow"] = {"prefill_ms": wr}
+    save()
+if "rowphase" in SECTIONS:  # row mode as shipped (64 x 8, wagg, packed): phases, and three knobs
+    rp = []
+    R = 16384
+    kinds = [("default", {}), ("samp 1024", dict(samp=1024)), ("prefetch 2", dict(prefetch=2)),
+             ("nbw 512", dict(nbw=512))]
+    for C in (16384, 131072):
+        x = torch.randn(R, C, device="cuda")
+        s, e, out = causal_chunk(R, C)
+        rec = {"C": C}
+        for name, kw in kinds:
+            rec[name] = time_prefill(lambda kw=kw: radix.launch(x, s, s, e, K, 1, True, False, out, **kw), x, s, e, out)
+        st = torch.zeros((R, 10), dtype=torch.int32, device="cuda")
+        radix.launch(x, s, s, e, K, 1, True, False, out, stats=st)
+        torch.cuda.synchronize()
+        d = phase_ns(st)
+        ok = st[:, 0] >= 1
+        rec["phases default"] = dict(zip(PHASES, d[ok].median(dim=0).values.int().tolist()))
+        rec["row ns median"] = int(d[ok].sum(dim=1).median())
+        log(rec)
+        rp.append(rec)
+        del x
+    res["rowphase"] = {"prefill_ms": rp}
     save()
 log("done")
