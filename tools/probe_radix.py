@@ -2,7 +2,7 @@
 variants (graph replay, L2 flushed, median of 30). Writes JSON to argv[1].
 
 Sections (argv[2], comma list): smoke, check, paths, phases, decode, sweep, prefill, prefill_var,
-stable, occupancy, rowknobs, readabl, wagg, waggrow, rowphase. ``paths``
+stable, occupancy, rowknobs, readabl, wagg, waggrow, rowphase, warps2. ``paths``
 records which way the bracket went per row (kernel stats) on several data distributions.
 """
 
@@ -450,5 +450,22 @@ if "rowphase" in SECTIONS:  # row mode as shipped (64 x 8, wagg, packed): phases
         rp.append(rec)
         del x
     res["rowphase"] = {"prefill_ms": rp}
+    save()
+if "warps2" in SECTIONS:  # row mode: two-warp programs of 512-key blocks, twice as many a multiprocessor
+    w2 = []
+    R = 16384
+    kinds = [("default", {}), ("2 warps, 16/SM, 64 regs", dict(num_warps=2, block=512, per_sm=16, maxnreg=64)),
+             ("2 warps, 12/SM, 80 regs", dict(num_warps=2, block=512, per_sm=12, maxnreg=80))]
+    for C in (16384, 32768, 65536, 131072):
+        x = torch.randn(R, C, device="cuda")
+        s, e, out = causal_chunk(R, C)
+        rec = {"C": C}
+        for name, kw in kinds:
+            rec[name] = time_prefill(lambda kw=kw: radix.launch(x, s, s, e, K, 1, True, False, out, **kw), x, s, e, out)
+        log(rec)
+        w2.append(rec)
+        del x
+        torch.cuda.empty_cache()
+    res["warps2"] = {"prefill_ms": w2}
     save()
 log("done")
