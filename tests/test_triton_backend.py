@@ -277,7 +277,8 @@ def test_radix_launch_refuses_bad_knobs():
                     (dict(stats=torch.zeros(2, 3, dtype=torch.int32)), "stats"),
                     (dict(stats=torch.zeros(2, 2, dtype=torch.int64)), "stats"),
                     (dict(bracket=1000), "bracket"), (dict(bracket=2.5e4), "bracket"),
-                    (dict(wagg=True), "wagg")):  # inline PTX: never on the CPU / interpreter
+                    (dict(wagg=True), "wagg"), (dict(wagg_max=-1), "wagg_max"), (dict(wagg_max=1.5), "wagg_max")):
+        # (wagg=True: inline PTX, never on the CPU / interpreter)
         with pytest.raises(ValueError, match=msg):
             radix_launch.launch(x, lt, lt, lt, 64, 1, False, False, out, **kw)
     assert (out == POISON).all()

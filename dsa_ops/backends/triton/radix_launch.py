@@ -281,6 +281,8 @@ def launch(logits: Tensor, lens: Tensor, starts: Tensor, ends: Tensor, k: int, n
         raise ValueError(f"prefetch must be 1 or 2 (blocks in flight in the bracket's read), got {prefetch}")
     if rb not in (128, 256, 512, 1024, 2048):
         raise ValueError(f"rb must be 128, 256, 512, 1024 or 2048 (gathered keys per step), got {rb}")
+    if wagg_max is not None and (not isinstance(wagg_max, int) or not 0 <= wagg_max < 1 << 31):
+        raise ValueError(f"wagg_max must be None or an int in [0, 2**31) (a live length), got {wagg_max!r}")
     ok = wagg_ok(logits.device, block, num_warps)
     if wagg is None:
         wagg = ok
@@ -305,7 +307,7 @@ def launch(logits: Tensor, lens: Tensor, starts: Tensor, ends: Tensor, k: int, n
         logits, logits.stride(0), lens, starts, ends, out, ws, out if stats is None else stats,
         rows, width, k, next_n, p.slices, int(is_prefill), int(stable), p.cand_cap, ws.stride(0), min_slice,
         p.rank_budget if rank_budget is None else rank_budget, sparse_max, int(fuse), br_min,
-        int(stats is not None), int(finisher), int(solo_emit), (1 << 31) - 1 if wagg_max is None else int(wagg_max),
+        int(stats is not None), int(finisher), int(solo_emit), (1 << 31) - 1 if wagg_max is None else wagg_max,
         BLOCK=block, RT=rt, CT=ct, PMAX=PMAX, HMASK=_hist_mask() if hist_mask is None else hist_mask,
         DBITS=dbits, NB=1 << dbits, RB=rb, SAMP=samp, NBW=min(NBW, 256 * num_warps) if nbw is None else nbw,
         CATOM=catom, PIPE=pipe, PF=prefetch, BINS=bool(bins), WAGG=bool(wagg),
