@@ -249,7 +249,7 @@ def launch(logits: Tensor, lens: Tensor, starts: Tensor, ends: Tensor, k: int, n
     then radixes its gathered keys from the top digit (an experiment: one atomic a window
     key fewer in the read, digit passes over the buffer after it).
     ``wagg``: the bracket read's slot atomics aggregated per warp (inline PTX, see
-    ``kernels_radix._slots``); None: wherever it can run (:func:`wagg_ok`). ``wagg_max``: only
+    ``kernels_bracket._slots``); None: wherever it can run (:func:`wagg_ok`). ``wagg_max``: only
     rows shorter than this live length aggregate (None: every row).
     ``pack``: the bracket read stores each window key and its column as one int64 (one
     store instead of two; with catom, and not with the finisher, which reads the regions

@@ -1,0 +1,194 @@
+"""The bracket of the radix kernel (``kernels_radix``, step 0): the sampled window of the
+k-th key, the one read that gathers the window into the program's region of the candidate
+buffer, and that region's layout (slots per warp, packed (key, column) pairs).
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from dsa_ops.backends.triton.kernels_select import INT_MAX, INT_MIN, _skey, _window
+
+
+# One returning atomic per warp and four keys a thread (PTX; CUDA only): the lanes' key counts
+# are scanned with shuffles, lane 31 adds the warp's total to the counter, and every key gets
+# base + its rank in the warp. $0-$3: slots, $4-$7: masks (0 / 1), $8-$11: the counter's address.
+_WARP_SLOTS_PTX = tl.constexpr("""{
+.reg .u32 wn, wx, wt, wtot, wbase, wlane;
+.reg .pred wp, wq;
+add.u32 wn, $4, $5;
+add.u32 wn, wn, $6;
+add.u32 wn, wn, $7;
+mov.u32 wx, wn;
+shfl.sync.up.b32 wt|wp, wx, 1, 0, 0xffffffff;
+@wp add.u32 wx, wx, wt;
+shfl.sync.up.b32 wt|wp, wx, 2, 0, 0xffffffff;
+@wp add.u32 wx, wx, wt;
+shfl.sync.up.b32 wt|wp, wx, 4, 0, 0xffffffff;
+@wp add.u32 wx, wx, wt;
+shfl.sync.up.b32 wt|wp, wx, 8, 0, 0xffffffff;
+@wp add.u32 wx, wx, wt;
+shfl.sync.up.b32 wt|wp, wx, 16, 0, 0xffffffff;
+@wp add.u32 wx, wx, wt;
+shfl.sync.idx.b32 wtot, wx, 31, 31, 0xffffffff;
+mov.u32 wlane, %laneid;
+setp.eq.u32 wq, wlane, 31;
+setp.ne.and.u32 wq, wtot, 0, wq;
+mov.u32 wbase, 0;
+@wq atom.relaxed.gpu.global.add.u32 wbase, [$8], wtot;
+shfl.sync.idx.b32 wbase, wbase, 31, 31, 0xffffffff;
+sub.u32 wx, wx, wn;
+add.u32 $0, wbase, wx;
+add.u32 $1, $0, $4;
+add.u32 $2, $1, $5;
+add.u32 $3, $2, $6;
+}""")
+
+
+@triton.jit
+def _slots(ctr, m, wz, WAGG: tl.constexpr):
+    """A slot per key where ``m`` (any order; other lanes' values are arbitrary) from the
+    counter ``ctr``. WAGG (CUDA, 4k keys a thread, no replicated layout, every lane of a warp
+    here): one atomic per warp and four keys a thread (``_WARP_SLOTS_PTX``); the counter
+    gets an L2 request per warp instead of one per key (run 31's profile: 23.7M atomic
+    requests for 23.7M window keys), where the program-uniform ``wz`` holds. Else one relaxed
+    atomic per key."""
+    if WAGG:
+        if wz:
+            pc = tl.inline_asm_elementwise(_WARP_SLOTS_PTX, "=r,=r,=r,=r,r,r,r,r,l,l,l,l",
+                                           [m.to(tl.int32), (ctr + tl.zeros(m.shape, tl.int32)).to(tl.int64)],
+                                           dtype=tl.int32, is_pure=False, pack=4)
+        else:
+            pc = tl.atomic_add(ctr + tl.zeros(m.shape, tl.int32), 1, mask=m, sem="relaxed")
+    else:
+        pc = tl.atomic_add(ctr + tl.zeros(m.shape, tl.int32), 1, mask=m, sem="relaxed")
+    return pc
+
+
+@triton.jit
+def _pk(s, col):
+    """(key, column) as one int64: the column in the high word, the key's bits in the low."""
+    return (col.to(tl.int64) << 32) | (s.to(tl.int64) & 0xFFFFFFFF)
+
+
+@triton.jit
+def _ld2(gk, gi, off, v, packed):
+    """Keys and columns at ``off`` where ``v``: two int32 arrays (gk, gi), or where
+    ``packed`` != 0 one int64 array at gk (``_pk``; gi unused)."""
+    if packed != 0:
+        w = tl.load(gk.to(tl.pointer_type(tl.int64)) + off, mask=v, other=0, cache_modifier=".cg")
+        s = w.to(tl.int32)
+        col = (w >> 32).to(tl.int32)
+    else:
+        s = tl.load(gk + off, mask=v, other=0, cache_modifier=".cg")
+        col = tl.load(gi + off, mask=v, other=0, cache_modifier=".cg")
+    return s, col
+
+
+@triton.jit
+def _bracket(row, L, k, SAMP: tl.constexpr, NBW: tl.constexpr):
+    """Window of the k-th key from SAMP strided samples of the row, sorted (``tl.sort``:
+    a bitonic network in registers and shared memory, no global round trips): the window's
+    top is sample rank q + m (``_window``: 4.5 sigma + 2, q the k-th's expected rank).
+    Returns the window's top key ``t_hi`` (INT_MAX past the last sample) and the bins: base
+    key ``s_base`` aligned to 2^sh, with bin ``1 + (t_hi - s_base) >> sh < NBW`` (bin 0:
+    keys below the base). The base is sample rank q - m; when that is below the best
+    sample, the window's width below the best sample."""
+    st = L // SAMP
+    i = tl.arange(0, SAMP)
+    srt = tl.sort(_skey(tl.load(row + i * st + st // 2)))
+    q = ((k - 1).to(tl.int64) * SAMP // L).to(tl.int32)
+    lo, hi = _window(q, tl.zeros([], tl.int32) + SAMP, q < 0)
+    lo_key = tl.sum(tl.where(i == tl.maximum(lo, 0), srt, 0))
+    t_hi = tl.where(hi < SAMP, tl.sum(tl.where(i == hi, srt, 0)), INT_MAX)
+    ulo = lo_key.to(tl.int64) - INT_MIN  # unsigned order as int64
+    uhi = t_hi.to(tl.int64) - INT_MIN
+    if lo < 0:
+        ulo = tl.maximum(ulo - (uhi - ulo), 0)
+    d = uhi - ulo
+    sh = tl.zeros([], tl.int32)
+    while (d >> sh) >= NBW // 2:
+        sh += 1
+    s_base = (((ulo >> sh) << sh) + INT_MIN).to(tl.int32)
+    return t_hi, s_base, sh
+
+
+@triton.jit
+def _bracket_pass(row, lo, hi, s0, x1, t_hi, s_base, sh, dk, di, capp, whist, ctr, wz, BLOCK: tl.constexpr,
+                  CATOM: tl.constexpr, PIPE: tl.constexpr, PF: tl.constexpr, BINS: tl.constexpr,
+                  WAGG: tl.constexpr, PACK: tl.constexpr):
+    """The bracket's one read of [lo, hi): every key up to ``t_hi`` goes to this program's
+    region of the buffer (dk, di: ``capp`` slots) and, when at or above ``s_base``, adds one
+    to bin ``1 + (key - s_base) >> sh`` of ``whist``. Slots: CATOM, one atomic per such key
+    on the program's counter ``ctr`` (any order: no CTA-wide scan or barrier per block);
+    otherwise a block cumsum. PIPE (with CATOM): a block's keys are stored one block later,
+    so the slot atomics' round trip overlaps the next block. Returns (keys up to t_hi, keys
+    below s_base); PF (1 or 2): blocks of loads in flight ahead of the one at work. Slots past
+    ``capp`` are not written. ``s0``: the first block's keys, ``x1``: the second block's
+    values (loaded early). BINS (CATOM only) = False: no bin atomics (every window key lands in
+    bin 0, so the row radixes its gathered keys from the top digit). PACK (CATOM only): one
+    int64 store a key (``_pk``) at ``dk`` viewed as int64, instead of a key and a column store."""
+    dp = dk.to(tl.pointer_type(tl.int64))
+    ar = tl.arange(0, BLOCK)
+    s = s0
+    x = x1
+    cnt = tl.zeros([], tl.int32)
+    und = tl.zeros([], tl.int32)
+    p_pc = tl.zeros([BLOCK], tl.int32)  # PIPE: the previous block's slots, keys, columns
+    p_s = tl.zeros([BLOCK], tl.int32)
+    p_o = tl.zeros([BLOCK], tl.int32)
+    p_in = tl.zeros([BLOCK], tl.int1)
+    if PF == 2:
+        y = tl.load(row + lo + 2 * BLOCK + ar, mask=lo + 2 * BLOCK + ar < hi, other=0.0)
+    for start in range(lo, hi, BLOCK):
+        o = start + ar
+        if start > lo:
+            s = _skey(x)
+            if PF == 2:
+                x = y
+                y = tl.load(row + o + 2 * BLOCK, mask=o + 2 * BLOCK < hi, other=0.0)
+            else:
+                x = tl.load(row + o + BLOCK, mask=o + BLOCK < hi, other=0.0)
+        inw = (o < hi) & (s <= t_hi)
+        binned = inw & (s >= s_base)
+        d = ((s.to(tl.uint32, bitcast=True) - s_base.to(tl.uint32, bitcast=True)) >> sh.to(tl.uint32)).to(tl.int32)
+        if BINS | (CATOM == 0):
+            tl.atomic_add(whist + 1 + d, 1, mask=binned, sem="relaxed")
+        if CATOM:
+            pc = _slots(ctr, inw, wz, WAGG)
+            if PIPE:
+                if PACK:
+                    tl.store(dp + p_pc, _pk(p_s, p_o), mask=p_in & (p_pc < capp))
+                else:
+                    tl.store(dk + p_pc, p_s, mask=p_in & (p_pc < capp))
+                    tl.store(di + p_pc, p_o, mask=p_in & (p_pc < capp))
+                p_pc = pc
+                p_s = s
+                p_o = o
+                p_in = inw
+            elif PACK:
+                tl.store(dp + pc, _pk(s, o), mask=inw & (pc < capp))
+            else:
+                tl.store(dk + pc, s, mask=inw & (pc < capp))
+                tl.store(di + pc, o, mask=inw & (pc < capp))
+        else:
+            n2 = tl.sum(inw.to(tl.int32) + (binned.to(tl.int32) << 16))  # both counts in one reduction
+            nc = n2 & 0xFFFF
+            if nc > 0:
+                pc = cnt + tl.cumsum(inw.to(tl.int32), axis=0) - 1
+                tl.store(dk + pc, s, mask=inw & (pc < capp))
+                tl.store(di + pc, o, mask=inw & (pc < capp))
+            cnt += nc
+            und += nc - (n2 >> 16)
+    if CATOM:
+        if PIPE:
+            if PACK:
+                tl.store(dp + p_pc, _pk(p_s, p_o), mask=p_in & (p_pc < capp))
+            else:
+                tl.store(dk + p_pc, p_s, mask=p_in & (p_pc < capp))
+                tl.store(di + p_pc, p_o, mask=p_in & (p_pc < capp))
+        tl.debug_barrier()
+        cnt = tl.atomic_add(ctr, 0, sem="relaxed")  # every slot of this program was taken
+        und = -1  # the caller derives it from the bins
+    return cnt, und
