@@ -278,194 +278,108 @@ if "prefill_var" in SECTIONS:  # row-mode knobs, and where a prefill row's time 
         del x
     res["prefill_var"] = pv
     save()
-if "occupancy" in SECTIONS:  # more programs per multiprocessor through fewer registers a thread
-    oc = []
+def row_phases(x, s, e, out, kw, paths=(1, 2, 3)):
+    """Median global-timer ns of each phase over the rows whose bracket path is in ``paths``,
+    and the median row total (one row-mode launch with timing stats)."""
+    st = torch.zeros((x.shape[0], 10), dtype=torch.int32, device="cuda")
+    radix.launch(x, s, s, e, K, 1, True, False, out, stats=st, **kw)
+    torch.cuda.synchronize()
+    d = phase_ns(st)
+    ok = torch.isin(st[:, 0], torch.tensor(paths, dtype=torch.int32, device="cuda"))
+    return dict(zip(PHASES, d[ok].median(dim=0).values.int().tolist())), int(d[ok].sum(dim=1).median())
+
+
+def prefill_knobs(chunks, kinds, phases_at=(), phased=0, paths=(1, 2, 3)):
+    """One 16384-row causal chunk per C in ``chunks``: each (name, launch keywords) of
+    ``kinds`` checked and timed (ms); at the C in ``phases_at`` also the phases of the first
+    ``phased`` kinds."""
+    recs = []
     R = 16384
-    kinds = [("default (80 regs, 6/SM)", {}), ("128 regs, 4/SM", dict(maxnreg=128, per_sm=4)),
-             ("96 regs, 5/SM", dict(maxnreg=96, per_sm=5)), ("64 regs, 8/SM", dict(maxnreg=64, per_sm=8))]
-    for C in (16384, 32768, 65536, 131072):
+    for C in chunks:
         x = torch.randn(R, C, device="cuda")
         s, e, out = causal_chunk(R, C)
         rec = {"C": C}
         for name, kw in kinds:
             rec[name] = time_prefill(lambda kw=kw: radix.launch(x, s, s, e, K, 1, True, False, out, **kw), x, s, e, out)
-        if C == 131072:
-            for name, kw in kinds[:2]:
-                st = torch.zeros((R, 10), dtype=torch.int32, device="cuda")
-                radix.launch(x, s, s, e, K, 1, True, False, out, stats=st, **kw)
-                torch.cuda.synchronize()
-                d = phase_ns(st)
-                ok = st[:, 0] == 1
-                rec[f"phases {name}"] = dict(zip(PHASES, d[ok].median(dim=0).values.int().tolist()))
+        if C in phases_at:
+            for name, kw in kinds[:phased]:
+                rec[f"phases {name}"], rec[f"row ns median {name}"] = row_phases(x, s, e, out, kw, paths)
         log(rec)
-        oc.append(rec)
-        del x
-    dec = []
-    for width, rows, L in ((133120, 16, 131072), (133120, 64, 32768), (133120, 64, 131072)):
-        x = torch.randn(rows, width, device="cuda")
-        lt = lens_for(rows, L, gen)
-        out = torch.empty(rows, K, dtype=torch.int32, device="cuda")
-        rec = {"W": width, "rows": rows, "L": L}
-        dk = (("default", {}), ("96 regs, 5/SM", dict(maxnreg=96, per_sm=5)), ("80 regs, 6/SM", dict(maxnreg=80, per_sm=6)))
-        for name, kw in dk:
-            run_radix(x, lt, out, **kw)
-            assert_decode_equivalent(out, x, lt, K)
-        for rnd in range(2):  # two interleaved rounds: the spread between them is the noise
-            for name, kw in dk:
-                rec.setdefault(name, []).append(round(time_graph(lambda: run_radix(x, lt, out, **kw)).median, 1))
-        log(rec)
-        dec.append(rec)
-    res["occupancy"] = {"prefill_ms": oc, "decode_us": dec}
-    save()
-if "rowknobs" in SECTIONS:  # row mode: sample size with the occupancy trade
-    rk = []
-    R = 16384
-    kinds = [("default", {}), ("samp 1024", dict(samp=1024)), ("64 regs, 8/SM", dict(maxnreg=64, per_sm=8)),
-             ("64 regs, 8/SM, samp 1024", dict(maxnreg=64, per_sm=8, samp=1024))]
-    for C in (32768, 131072):
-        x = torch.randn(R, C, device="cuda")
-        s, e, out = causal_chunk(R, C)
-        rec = {"C": C}
-        for name, kw in kinds:
-            rec[name] = time_prefill(lambda kw=kw: radix.launch(x, s, s, e, K, 1, True, False, out, **kw), x, s, e, out)
-        log(rec)
-        rk.append(rec)
-        del x
-    res["rowknobs"] = {"prefill_ms": rk}
-    save()
-if "readabl" in SECTIONS:  # the bracket read without window bins (rows radix their gathered keys)
-    ra = []
-    R = 16384
-    kinds = [("default", {}), ("bins off", dict(bins=False)), ("64 regs, 8/SM", dict(maxnreg=64, per_sm=8)),
-             ("64 regs, 8/SM, bins off", dict(maxnreg=64, per_sm=8, bins=False))]
-    for C in (16384, 32768, 131072):
-        x = torch.randn(R, C, device="cuda")
-        s, e, out = causal_chunk(R, C)
-        rec = {"C": C}
-        for name, kw in kinds:
-            rec[name] = time_prefill(lambda kw=kw: radix.launch(x, s, s, e, K, 1, True, False, out, **kw), x, s, e, out)
-        if C == 131072:
-            for name, kw in kinds[:2]:
-                st = torch.zeros((R, 10), dtype=torch.int32, device="cuda")
-                radix.launch(x, s, s, e, K, 1, True, False, out, stats=st, **kw)
-                torch.cuda.synchronize()
-                d = phase_ns(st)
-                ok = st[:, 0] >= 1
-                rec[f"phases {name}"] = dict(zip(PHASES, d[ok].median(dim=0).values.int().tolist()))
-        log(rec)
-        ra.append(rec)
-        del x
-    dec = []
-    for width, rows, L in ((133120, 1, 131072), (133120, 64, 131072), (1048576, 8, 131072)):
-        x = torch.randn(rows, width, device="cuda")
-        lt = lens_for(rows, L, gen)
-        out = torch.empty(rows, K, dtype=torch.int32, device="cuda")
-        rec = {"W": width, "rows": rows, "L": L}
-        dk = (("default", {}), ("bins off", dict(bins=False)))
-        for name, kw in dk:
-            run_radix(x, lt, out, **kw)
-            assert_decode_equivalent(out, x, lt, K)
-        for rnd in range(2):
-            for name, kw in dk:
-                rec.setdefault(name, []).append(round(time_graph(lambda: run_radix(x, lt, out, **kw)).median, 1))
-        log(rec)
-        dec.append(rec)
-    res["readabl"] = {"prefill_ms": ra, "decode_us": dec}
-    save()
-if "wagg" in SECTIONS:  # the bracket read's L2 requests: per-warp slot atomics, one int64 store a key
-    wa = []
-    R = 16384
-    kinds = [("default", {}), ("per-key slots, two stores (before)", dict(wagg=False, pack=False)),
-             ("per-key slots", dict(wagg=False)), ("two stores", dict(pack=False)),
-             ("64 regs, 8/SM", dict(maxnreg=64, per_sm=8)), ("128 regs, 4/SM", dict(maxnreg=128, per_sm=4))]
-    for C in (16384, 32768, 65536, 131072):
-        x = torch.randn(R, C, device="cuda")
-        s, e, out = causal_chunk(R, C)
-        rec = {"C": C}
-        for name, kw in kinds:
-            rec[name] = time_prefill(lambda kw=kw: radix.launch(x, s, s, e, K, 1, True, False, out, **kw), x, s, e, out)
-        if C == 131072:
-            for name, kw in kinds[:2]:
-                st = torch.zeros((R, 10), dtype=torch.int32, device="cuda")
-                radix.launch(x, s, s, e, K, 1, True, False, out, stats=st, **kw)
-                torch.cuda.synchronize()
-                d = phase_ns(st)
-                ok = st[:, 0] >= 1
-                rec[f"phases {name}"] = dict(zip(PHASES, d[ok].median(dim=0).values.int().tolist()))
-        log(rec)
-        wa.append(rec)
-        del x
-    dec = []
-    for width, rows, L in ((133120, 1, 131072), (133120, 32, 131072), (133120, 64, 131072), (1048576, 8, 131072)):
-        x = torch.randn(rows, width, device="cuda")
-        lt = lens_for(rows, L, gen)
-        out = torch.empty(rows, K, dtype=torch.int32, device="cuda")
-        rec = {"W": width, "rows": rows, "L": L}
-        dk = (("default", {}), ("before", dict(wagg=False, pack=False)))
-        for name, kw in dk:
-            run_radix(x, lt, out, **kw)
-            assert_decode_equivalent(out, x, lt, K)
-        for rnd in range(2):
-            for name, kw in dk:
-                rec.setdefault(name, []).append(round(time_graph(lambda: run_radix(x, lt, out, **kw)).median, 1))
-        log(rec)
-        dec.append(rec)
-    res["wagg"] = {"prefill_ms": wa, "decode_us": dec}
-    save()
-if "waggrow" in SECTIONS:  # row mode at 64 x 8: warp-aggregated slots for every row or only shorter ones
-    wr = []
-    R = 16384
-    kinds = [("default", {}), ("wagg below 100000", dict(wagg_max=100000)), ("wagg off", dict(wagg=False)),
-             ("80 regs, 6/SM", dict(maxnreg=80, per_sm=6))]
-    for C in (131072, 65536):
-        x = torch.randn(R, C, device="cuda")
-        s, e, out = causal_chunk(R, C)
-        rec = {"C": C}
-        for name, kw in kinds:
-            rec[name] = time_prefill(lambda kw=kw: radix.launch(x, s, s, e, K, 1, True, False, out, **kw), x, s, e, out)
-        log(rec)
-        wr.append(rec)
-        del x
-    res["waggrow"] = {"prefill_ms": wr}
-    save()
-if "rowphase" in SECTIONS:  # row mode as shipped (64 x 8, wagg, packed): phases, and three knobs
-    rp = []
-    R = 16384
-    kinds = [("default", {}), ("samp 1024", dict(samp=1024)), ("prefetch 2", dict(prefetch=2)),
-             ("nbw 512", dict(nbw=512))]
-    for C in (16384, 131072):
-        x = torch.randn(R, C, device="cuda")
-        s, e, out = causal_chunk(R, C)
-        rec = {"C": C}
-        for name, kw in kinds:
-            rec[name] = time_prefill(lambda kw=kw: radix.launch(x, s, s, e, K, 1, True, False, out, **kw), x, s, e, out)
-        st = torch.zeros((R, 10), dtype=torch.int32, device="cuda")
-        radix.launch(x, s, s, e, K, 1, True, False, out, stats=st)
-        torch.cuda.synchronize()
-        d = phase_ns(st)
-        ok = st[:, 0] >= 1
-        rec["phases default"] = dict(zip(PHASES, d[ok].median(dim=0).values.int().tolist()))
-        rec["row ns median"] = int(d[ok].sum(dim=1).median())
-        log(rec)
-        rp.append(rec)
-        del x
-    res["rowphase"] = {"prefill_ms": rp}
-    save()
-if "warps2" in SECTIONS:  # row mode: two-warp programs of 512-key blocks, twice as many a multiprocessor
-    w2 = []
-    R = 16384
-    kinds = [("default", {}), ("2 warps, 16/SM, 64 regs", dict(num_warps=2, block=512, per_sm=16, maxnreg=64)),
-             ("2 warps, 12/SM, 80 regs", dict(num_warps=2, block=512, per_sm=12, maxnreg=80))]
-    for C in (16384, 32768, 65536, 131072):
-        x = torch.randn(R, C, device="cuda")
-        s, e, out = causal_chunk(R, C)
-        rec = {"C": C}
-        for name, kw in kinds:
-            rec[name] = time_prefill(lambda kw=kw: radix.launch(x, s, s, e, K, 1, True, False, out, **kw), x, s, e, out)
-        log(rec)
-        w2.append(rec)
+        recs.append(rec)
         del x
         torch.cuda.empty_cache()
-    res["warps2"] = {"prefill_ms": w2}
+    return recs
+
+
+def decode_knobs(shapes, kinds):
+    """Each (W, rows, L) of ``shapes`` under each (name, launch keywords) of ``kinds``:
+    checked against the reference, then timed (us) in two interleaved rounds, whose spread
+    is the noise."""
+    recs = []
+    for width, rows, L in shapes:
+        x = torch.randn(rows, width, device="cuda")
+        lt = lens_for(rows, L, gen)
+        out = torch.empty(rows, K, dtype=torch.int32, device="cuda")
+        rec = {"W": width, "rows": rows, "L": L}
+        for name, kw in kinds:
+            run_radix(x, lt, out, **kw)
+            assert_decode_equivalent(out, x, lt, K)
+        for rnd in range(2):
+            for name, kw in kinds:
+                rec.setdefault(name, []).append(round(time_graph(lambda: run_radix(x, lt, out, **kw)).median, 1))
+        log(rec)
+        recs.append(rec)
+    return recs
+
+
+ALL_C = (16384, 32768, 65536, 131072)
+if "occupancy" in SECTIONS:  # more programs per multiprocessor through fewer registers a thread
+    res["occupancy"] = {
+        "prefill_ms": prefill_knobs(ALL_C, [("default (80 regs, 6/SM)", {}), ("128 regs, 4/SM", dict(maxnreg=128, per_sm=4)),
+                                            ("96 regs, 5/SM", dict(maxnreg=96, per_sm=5)),
+                                            ("64 regs, 8/SM", dict(maxnreg=64, per_sm=8))],
+                                    phases_at=(131072,), phased=2, paths=(1,)),
+        "decode_us": decode_knobs(((133120, 16, 131072), (133120, 64, 32768), (133120, 64, 131072)),
+                                  (("default", {}), ("96 regs, 5/SM", dict(maxnreg=96, per_sm=5)),
+                                   ("80 regs, 6/SM", dict(maxnreg=80, per_sm=6))))}
+    save()
+if "rowknobs" in SECTIONS:  # row mode: sample size with the occupancy trade
+    res["rowknobs"] = {"prefill_ms": prefill_knobs(
+        (32768, 131072), [("default", {}), ("samp 1024", dict(samp=1024)), ("64 regs, 8/SM", dict(maxnreg=64, per_sm=8)),
+                          ("64 regs, 8/SM, samp 1024", dict(maxnreg=64, per_sm=8, samp=1024))])}
+    save()
+if "readabl" in SECTIONS:  # the bracket read without window bins (rows radix their gathered keys)
+    res["readabl"] = {
+        "prefill_ms": prefill_knobs((16384, 32768, 131072),
+                                    [("default", {}), ("bins off", dict(bins=False)), ("64 regs, 8/SM", dict(maxnreg=64, per_sm=8)),
+                                     ("64 regs, 8/SM, bins off", dict(maxnreg=64, per_sm=8, bins=False))],
+                                    phases_at=(131072,), phased=2),
+        "decode_us": decode_knobs(((133120, 1, 131072), (133120, 64, 131072), (1048576, 8, 131072)),
+                                  (("default", {}), ("bins off", dict(bins=False))))}
+    save()
+if "wagg" in SECTIONS:  # the bracket read's L2 requests: per-warp slot atomics, one int64 store a key
+    res["wagg"] = {
+        "prefill_ms": prefill_knobs(ALL_C, [("default", {}), ("per-key slots, two stores (before)", dict(wagg=False, pack=False)),
+                                            ("per-key slots", dict(wagg=False)), ("two stores", dict(pack=False)),
+                                            ("64 regs, 8/SM", dict(maxnreg=64, per_sm=8)),
+                                            ("128 regs, 4/SM", dict(maxnreg=128, per_sm=4))],
+                                    phases_at=(131072,), phased=2),
+        "decode_us": decode_knobs(((133120, 1, 131072), (133120, 32, 131072), (133120, 64, 131072), (1048576, 8, 131072)),
+                                  (("default", {}), ("before", dict(wagg=False, pack=False))))}
+    save()
+if "waggrow" in SECTIONS:  # row mode at 64 x 8: warp-aggregated slots for every row or only shorter ones
+    res["waggrow"] = {"prefill_ms": prefill_knobs(
+        (131072, 65536), [("default", {}), ("wagg below 100000", dict(wagg_max=100000)), ("wagg off", dict(wagg=False)),
+                          ("80 regs, 6/SM", dict(maxnreg=80, per_sm=6))])}
+    save()
+if "rowphase" in SECTIONS:  # row mode as shipped (64 x 8, wagg, packed): phases, and three knobs
+    res["rowphase"] = {"prefill_ms": prefill_knobs(
+        (16384, 131072), [("default", {}), ("samp 1024", dict(samp=1024)), ("prefetch 2", dict(prefetch=2)),
+                          ("nbw 512", dict(nbw=512))], phases_at=(16384, 131072), phased=1)}
+    save()
+if "warps2" in SECTIONS:  # row mode: two-warp programs of 512-key blocks, twice as many a multiprocessor
+    res["warps2"] = {"prefill_ms": prefill_knobs(
+        ALL_C, [("default", {}), ("2 warps, 16/SM, 64 regs", dict(num_warps=2, block=512, per_sm=16, maxnreg=64)),
+                ("2 warps, 12/SM, 80 regs", dict(num_warps=2, block=512, per_sm=12, maxnreg=80))])}
     save()
 log("done")
