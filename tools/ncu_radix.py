@@ -4,7 +4,7 @@
 C-token context, as the bench's prefill: row r ends at C - ROWS + r + 1).
 
 Launches the kernel three times on fresh N(0, 1) logits (the first compiles); keyword
-arguments go to ``radix_launch.launch`` as ints (e.g. ``dbits=6 num_warps=4 tile=1``).
+arguments go to ``radix_launch.launch`` as ints (e.g. ``dbits=6 num_warps=4 wagg=0``).
 """
 
 from __future__ import annotations

@@ -51,6 +51,7 @@ def constexprs(mode: str, num_warps: int, overrides: dict[str, int]) -> dict[str
         if name not in params:
             raise SystemExit(f"offline_sass: {name} is not a parameter of radix_kernel")
         c[name] = value
+    c["PACK"] = c["PACK"] and c["CATOM"]  # as radix_launch.launch: packed stores need the slot atomics
     return {k: v for k, v in c.items() if k in params}
 
 

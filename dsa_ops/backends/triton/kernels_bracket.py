@@ -73,6 +73,27 @@ def _pk(s, col):
 
 
 @triton.jit
+def _put(dk, di, pc, s, col, m, PACK: tl.constexpr):
+    """Keys ``s`` and columns at slots ``pc`` where ``m``: one int64 store (``_pk``) at
+    ``dk`` viewed as int64 (PACK), or a key store at dk and a column store at di."""
+    if PACK:
+        tl.store(dk.to(tl.pointer_type(tl.int64)) + pc, _pk(s, col), mask=m)
+    else:
+        tl.store(dk + pc, s, mask=m)
+        tl.store(di + pc, col, mask=m)
+
+
+@triton.jit
+def _ldk(gk, off, v, packed):
+    """Keys at ``off`` where ``v``: an int32 array, or the low words of a packed one (``_pk``)."""
+    if packed != 0:
+        s = tl.load(gk.to(tl.pointer_type(tl.int64)) + off, mask=v, other=0, cache_modifier=".cg").to(tl.int32)
+    else:
+        s = tl.load(gk + off, mask=v, other=0, cache_modifier=".cg")
+    return s
+
+
+@triton.jit
 def _ld2(gk, gi, off, v, packed):
     """Keys and columns at ``off`` where ``v``: two int32 arrays (gk, gi), or where
     ``packed`` != 0 one int64 array at gk (``_pk``; gi unused)."""
@@ -127,9 +148,8 @@ def _bracket_pass(row, lo, hi, s0, x1, t_hi, s_base, sh, dk, di, capp, whist, ct
     below s_base); PF (1 or 2): blocks of loads in flight ahead of the one at work. Slots past
     ``capp`` are not written. ``s0``: the first block's keys, ``x1``: the second block's
     values (loaded early). BINS (CATOM only) = False: no bin atomics (every window key lands in
-    bin 0, so the row radixes its gathered keys from the top digit). PACK (CATOM only): one
-    int64 store a key (``_pk``) at ``dk`` viewed as int64, instead of a key and a column store."""
-    dp = dk.to(tl.pointer_type(tl.int64))
+    bin 0, so the row radixes its gathered keys from the top digit). PACK (the host sets it
+    with CATOM only): window keys stored by ``_put``."""
     ar = tl.arange(0, BLOCK)
     s = s0
     x = x1
@@ -158,36 +178,24 @@ def _bracket_pass(row, lo, hi, s0, x1, t_hi, s_base, sh, dk, di, capp, whist, ct
         if CATOM:
             pc = _slots(ctr, inw, wz, WAGG)
             if PIPE:
-                if PACK:
-                    tl.store(dp + p_pc, _pk(p_s, p_o), mask=p_in & (p_pc < capp))
-                else:
-                    tl.store(dk + p_pc, p_s, mask=p_in & (p_pc < capp))
-                    tl.store(di + p_pc, p_o, mask=p_in & (p_pc < capp))
+                _put(dk, di, p_pc, p_s, p_o, p_in & (p_pc < capp), PACK)
                 p_pc = pc
                 p_s = s
                 p_o = o
                 p_in = inw
-            elif PACK:
-                tl.store(dp + pc, _pk(s, o), mask=inw & (pc < capp))
             else:
-                tl.store(dk + pc, s, mask=inw & (pc < capp))
-                tl.store(di + pc, o, mask=inw & (pc < capp))
+                _put(dk, di, pc, s, o, inw & (pc < capp), PACK)
         else:
             n2 = tl.sum(inw.to(tl.int32) + (binned.to(tl.int32) << 16))  # both counts in one reduction
             nc = n2 & 0xFFFF
             if nc > 0:
                 pc = cnt + tl.cumsum(inw.to(tl.int32), axis=0) - 1
-                tl.store(dk + pc, s, mask=inw & (pc < capp))
-                tl.store(di + pc, o, mask=inw & (pc < capp))
+                _put(dk, di, pc, s, o, inw & (pc < capp), False)
             cnt += nc
             und += nc - (n2 >> 16)
     if CATOM:
         if PIPE:
-            if PACK:
-                tl.store(dp + p_pc, _pk(p_s, p_o), mask=p_in & (p_pc < capp))
-            else:
-                tl.store(dk + p_pc, p_s, mask=p_in & (p_pc < capp))
-                tl.store(di + p_pc, p_o, mask=p_in & (p_pc < capp))
+            _put(dk, di, p_pc, p_s, p_o, p_in & (p_pc < capp), PACK)
         tl.debug_barrier()
         cnt = tl.atomic_add(ctr, 0, sem="relaxed")  # every slot of this program was taken
         und = -1  # the caller derives it from the bins

@@ -62,7 +62,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from dsa_ops.backends.triton.kernels_bracket import _bracket, _bracket_pass, _ld2
+from dsa_ops.backends.triton.kernels_bracket import _bracket, _bracket_pass, _ld2, _ldk
 from dsa_ops.backends.triton.kernels_select import INT_MIN, _rank_part, _row_window, _skey, _trivial
 
 HIST = tl.constexpr(0)  # up to 3 x 4096 bins (12-bit digits) or 4 x 256 (8-bit)
@@ -255,15 +255,11 @@ def _region_emit(gk, gi, capp, cnts, n_reg, pmask, pval, out_row, k, need, take_
 @triton.jit
 def _buf_count(cand_k, q0, q1, pmask, pval, shift, ghist, packed, RB: tl.constexpr, NB: tl.constexpr):
     """Sparse pass over the gathered keys [q0, q1) of the candidate buffer (``packed``: see
-    ``_ld2``): each key that matches the prefix adds one to its digit's bin of ``ghist``."""
+    ``_ldk``): each key that matches the prefix adds one to its digit's bin of ``ghist``."""
     r = tl.arange(0, RB)
     for start in range(q0, q1, RB):
         o = start + r
-        if packed != 0:
-            u = tl.load(cand_k.to(tl.pointer_type(tl.int64)) + o, mask=o < q1, other=0,
-                        cache_modifier=".cg").to(tl.int32) ^ INT_MIN
-        else:
-            u = tl.load(cand_k + o, mask=o < q1, other=0, cache_modifier=".cg") ^ INT_MIN
+        u = _ldk(cand_k, o, o < q1, packed) ^ INT_MIN
         m = (o < q1) & ((u & pmask) == pval)
         tl.atomic_add(ghist + ((u >> shift) & (NB - 1)), 1, mask=m, sem="relaxed")
 
@@ -400,6 +396,7 @@ def radix_kernel(logits, stride_r, lens, starts, ends, out, ws, stats,
     slot r. n_slices = 1: program g loops over rows g, g + G0, ... with slot g.
     want_stats: ``stats[r] = (path, window keys)``, path 0 no bracket, 1 bracket, 2 bracket
     then the whole window from the top digit, 3 bracket missed (exact fallback)."""
+    tl.static_assert((PACK == 0) | (CATOM != 0), "PACK needs CATOM (the host clears it otherwise)")
     pid0 = tl.program_id(0)
     s_idx = tl.program_id(1)
     g0 = tl.num_programs(0)
@@ -451,8 +448,8 @@ def radix_kernel(logits, stride_r, lens, starts, ends, out, ws, stats,
                     capp = half // n_act
                     q0 = s_idx * capp
                     cnt, und = _bracket_pass(row, lo, hi, key0, x1, t_hi, s_base, sh,
-                                             cand_k + (2 * q0 if (PACK & CATOM) else q0), cand_i + q0, capp,
-                                             whist, pcnt + s_idx, L < wagg_max, BLOCK, CATOM, PIPE, PF, BINS, WAGG, PACK & CATOM)
+                                             cand_k + (2 * q0 if PACK else q0), cand_i + q0, capp,
+                                             whist, pcnt + s_idx, L < wagg_max, BLOCK, CATOM, PIPE, PF, BINS, WAGG, PACK)
                     q1 = q0 + tl.minimum(cnt, capp)
                     tl.atomic_add(ctl + 6, tl.where(cnt > capp, 1 << 24, cnt), sem="relaxed")  # overflow: poison
                     if und >= 0:
@@ -475,7 +472,7 @@ def radix_kernel(logits, stride_r, lens, starts, ends, out, ws, stats,
                         path = tl.full([], 3, tl.int32)
                         if (nwin >= k) & (nwin < (1 << 24)):
                             b, bel, cb = _choose(hw, k)
-                            buf = tl.full([], 2 if (PACK & CATOM) else 1, tl.int32)  # 2: packed (no finisher)
+                            buf = tl.full([], 2 if PACK else 1, tl.int32)  # 2: packed (no finisher)
                             path = tl.full([], 2, tl.int32)
                             if b == 0:  # the k-th is below the base: radix the gathered keys from the top digit
                                 cb = nwin

@@ -311,6 +311,6 @@ def launch(logits: Tensor, lens: Tensor, starts: Tensor, ends: Tensor, k: int, n
         BLOCK=block, RT=rt, CT=ct, PMAX=PMAX, HMASK=_hist_mask() if hist_mask is None else hist_mask,
         DBITS=dbits, NB=1 << dbits, RB=rb, SAMP=samp, NBW=min(NBW, 256 * num_warps) if nbw is None else nbw,
         CATOM=catom, PIPE=pipe, PF=prefetch, BINS=bool(bins), WAGG=bool(wagg),
-        PACK=bool(pack) and not finisher, TIMING=timing, num_warps=num_warps,
+        PACK=bool(pack) and bool(catom) and not finisher, TIMING=timing, num_warps=num_warps,
         **({"maxnreg": maxnreg} if cuda else {}),
     )
