@@ -234,6 +234,24 @@ def test_radix_bracket_paths(gen, width, k, pipe):
 
 
 @interp
+def test_radix_workspace_shared_by_launch_shapes(gen):
+    """Launches of one (rows, width, k) share a workspace whatever their warps or window bins;
+    one with fewer window bins (NBW = 256 x num_warps, or ``nbw``) must not leave keys where
+    a later launch with more bins counts them (the candidate buffer once started right after
+    the launch's own bins)."""
+    from dsa_ops.backends.triton import radix_launch
+
+    width, k = 6000, 512
+    lt = torch.tensor([width, width - 7, 3000], dtype=torch.int32)
+    for kw in (dict(num_warps=4, block=1024), dict(nbw=256), dict(), dict(nbw=512), dict(num_warps=4, block=1024),
+               dict()):
+        x = logits(gen, 3, width)
+        out = poisoned_out(3, k)
+        radix_launch.launch(x, lt, lt, lt, k, 1, False, False, out, **kw)
+        assert_decode_equivalent(out, x, lt, k)
+
+
+@interp
 @pytest.mark.parametrize("k", [512, 64])
 def test_radix_bracket_finisher(gen, monkeypatch, k):
     """Split rows (16 programs) with the finisher: no barrier, the last program to arrive

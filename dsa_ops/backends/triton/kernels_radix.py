@@ -68,7 +68,8 @@ from dsa_ops.backends.triton.kernels_select import INT_MIN, _rank_part, _row_win
 HIST = tl.constexpr(0)  # up to 3 x 4096 bins (12-bit digits) or 4 x 256 (8-bit)
 CTL = tl.constexpr(12288)  # [0] arrivals, [1] winner slots, [2] taken-bin slots, [3] done
 PCNT = tl.constexpr(12304)  # 2 x PMAX (256) per-program counts (stable)
-WHIST = tl.constexpr(12816)  # NBW bins of the bracket's window, then the candidate keys and columns
+WHIST = tl.constexpr(12816)  # NBW bins of the bracket's window (room for NBW_MAX), then the candidate keys and columns
+NBW_MAX = tl.constexpr(2048)  # the candidate buffer starts after this many window bins, whatever a launch's NBW
 
 
 @triton.jit
@@ -397,6 +398,7 @@ def radix_kernel(logits, stride_r, lens, starts, ends, out, ws, stats,
     want_stats: ``stats[r] = (path, window keys)``, path 0 no bracket, 1 bracket, 2 bracket
     then the whole window from the top digit, 3 bracket missed (exact fallback)."""
     tl.static_assert((PACK == 0) | (CATOM != 0), "PACK needs CATOM (the host clears it otherwise)")
+    tl.static_assert(NBW <= NBW_MAX, "NBW bins must fit the workspace's window region")
     pid0 = tl.program_id(0)
     s_idx = tl.program_id(1)
     g0 = tl.num_programs(0)
@@ -404,7 +406,7 @@ def radix_kernel(logits, stride_r, lens, starts, ends, out, ws, stats,
     ctl = slot + CTL
     pcnt = slot + PCNT
     whist = slot + WHIST
-    cand_k = whist + NBW
+    cand_k = whist + NBW_MAX  # (not + NBW: a launch with fewer bins would leave keys where a later one counts)
     cand_i = cand_k + cand_cap
     half = cand_cap // 2
     bins = tl.arange(0, NB)
