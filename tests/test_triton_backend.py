@@ -190,7 +190,8 @@ def _bracket_rows(gen, width, k, st):
     """Rows that drive the bracket (``samp`` 256, samples at columns i * st + st // 2) down
     each of its paths: 1 sampled window (randn), 2 the k-th below the bins' base (k + 40
     huge values off the sample columns), 3 missed (the samples are the row's best keys, so
-    fewer than k keys reach the window's top), 3 window overflow (80 % of the row ties the best)."""
+    fewer than k keys reach the window's top), 3 window overflow (80 % of the row ties the best;
+    without room for lane regions)."""
     x = torch.randn(4, width, generator=gen)
     off = torch.ones(width, dtype=torch.bool)
     off[st // 2::st] = False  # not a sample column
@@ -203,10 +204,13 @@ def _bracket_rows(gen, width, k, st):
 
 
 @interp
-@pytest.mark.parametrize("width, k, pipe", [(6000, 512, False), (5000, 64, True)])
-def test_radix_bracket_paths(gen, width, k, pipe):
+@pytest.mark.parametrize("width, k, pipe, lanes", [(6000, 512, False, None), (5000, 64, True, False),
+                                                   (6000, 512, False, False)])
+def test_radix_bracket_paths(gen, width, k, pipe, lanes):
     """Every way out of the bracket, checked by the kernel's path stats, reaches the exact
-    answer; stable rows and rows under 4 x samp columns never take the bracket."""
+    answer; stable rows and rows under 4 x samp columns never take the bracket. Row mode
+    (every CPU plan) gathers into lane regions unless told not to (``lanes=False``: the
+    slot-counter regions)."""
     from dsa_ops.backends.triton import radix_launch
 
     st = width // 256
@@ -215,22 +219,53 @@ def test_radix_bracket_paths(gen, width, k, pipe):
     stats = torch.full((4, 2), -1, dtype=torch.int32)
     out = poisoned_out(4, k)
     radix_launch.launch(x, lt, lt, lt, k, 1, False, False, out, stats=stats, pipe=pipe, samp=256,
-                        prefetch=2 if pipe else 1)
+                        prefetch=2 if pipe else 1, lanes=lanes)
     assert_decode_equivalent(out, x, lt, k)
-    assert stats[:, 0].tolist() == [1, 2, 3, 3], stats
-    assert stats[0, 1] >= k and stats[1, 1] >= k and stats[2, 1] < k and stats[3, 1] >= 1 << 24
+    # lane regions come with room for the lanes' spread: the tied row fits, and its one bin
+    # of ties takes digit passes over the lane regions
+    assert stats[:, 0].tolist() == [1, 2, 3, 3 if lanes is False else 1], stats
+    assert stats[0, 1] >= k and stats[1, 1] >= k and stats[2, 1] < k
+    assert stats[3, 1] >= 1 << 24 if lanes is False else k < stats[3, 1] < width
     short = torch.tensor([1023, width, 1500, 2047], dtype=torch.int32)  # rows 1..3: >= 4 x 256
     for stable in (False, True):
         stats.fill_(-1)
         out = poisoned_out(4, k)
-        radix_launch.launch(x, short, short, short, k, 1, False, stable, out, stats=stats, samp=256)
+        radix_launch.launch(x, short, short, short, k, 1, False, stable, out, stats=stats, samp=256, lanes=lanes)
         assert_decode_equivalent(out, x, short, k, stable=stable)
         assert stats[0].tolist() == [-1, -1] and (stats[1:, 0] >= 1).all() != stable, stats
     stats.fill_(-1)  # no window bins: rows 0 and 1 radix their gathered keys from the top digit
     out = poisoned_out(4, k)
-    radix_launch.launch(x, lt, lt, lt, k, 1, False, False, out, stats=stats, samp=256, bins=False)
+    radix_launch.launch(x, lt, lt, lt, k, 1, False, False, out, stats=stats, samp=256, bins=False, lanes=lanes)
     assert_decode_equivalent(out, x, lt, k)
-    assert stats[:, 0].tolist() == [2, 2, 3, 3], stats
+    assert stats[:, 0].tolist() == [2, 2, 3, 3 if lanes is False else 2], stats
+
+
+@interp
+def test_radix_lane_regions_overflow(gen):
+    """Lane regions: a lane that gets more window keys than its rows (here every 128th
+    column is among the best, so lane 0 of 128 gets all of them) sends its row to the exact
+    fallback (path 3, the region poisoned); the other rows keep the bracket, and padded rows
+    (live length past the last full block, and a window that starts mid-block) stay exact;
+    the same with the window bins counted after the read (``postbins``)."""
+    from dsa_ops.backends.triton import radix_launch
+
+    width, k, lanes = 16384, 2048, 128
+    p, _ = radix_launch.launch_plan(4, width, torch.device("cpu"), block=1024, num_warps=4, k=k, lanes=True)
+    lcap = p.cand_cap // 2 // lanes - 1  # rows of a lane's region
+    assert 16 + width // 4 // lanes < lcap < width // lanes, lcap  # (a window: about a fifth of a 16K row)
+    x = logits(gen, 4, width)
+    x[0, ::lanes] = 1e3 + torch.rand(width // lanes, generator=gen)  # lane 0: a key a row of it, too many
+    x[1, 5::lanes] = 1e3 + torch.rand(width // lanes, generator=gen)  # lane 5: the same
+    x[2, ::lanes * 8] = 1e3 + torch.rand(width // lanes // 8, generator=gen)  # 16 more in lane 0: fits
+    s = torch.tensor([0, 0, 0, 77], dtype=torch.int32)
+    e = torch.tensor([width, width, width - 333, width - 5], dtype=torch.int32)
+    for postbins in (False, True):  # window bins counted in the read, or after it from the regions
+        stats = torch.full((4, 2), -1, dtype=torch.int32)
+        out = poisoned_out(4, k)
+        radix_launch.launch(x, s, s, e, k, 1, True, False, out, stats=stats, block=1024, num_warps=4, lanes=True,
+                            postbins=postbins)
+        assert_prefill_equivalent(out, x, s, e, k)
+        assert stats[:2].tolist() == [[3, 1 << 24]] * 2 and stats[2:, 0].tolist() == [1, 1], stats
 
 
 @interp
@@ -295,7 +330,9 @@ def test_radix_launch_refuses_bad_knobs():
                     (dict(stats=torch.zeros(2, 3, dtype=torch.int32)), "stats"),
                     (dict(stats=torch.zeros(2, 2, dtype=torch.int64)), "stats"),
                     (dict(bracket=1000), "bracket"), (dict(bracket=2.5e4), "bracket"),
-                    (dict(wagg=True), "wagg"), (dict(wagg_max=-1), "wagg_max"), (dict(wagg_max=1.5), "wagg_max")):
+                    (dict(wagg=True), "wagg"), (dict(wagg_max=-1), "wagg_max"), (dict(wagg_max=1.5), "wagg_max"),
+                    (dict(lanes=True, pack=False), "lanes"), (dict(lanes=True, block=64), "lanes"),
+                    (dict(lanes=False, postbins=True), "postbins"), (dict(bins=False, postbins=True), "postbins")):
         # (wagg=True: inline PTX, never on the CPU / interpreter)
         with pytest.raises(ValueError, match=msg):
             radix_launch.launch(x, lt, lt, lt, 64, 1, False, False, out, **kw)
@@ -330,7 +367,8 @@ def test_radix_properties(draws):
     slices), 4..8-bit digits, no / default / unbounded early exit, dense or sparse later
     passes, with or without the bracket (rows of at least 4 x samp columns), its slot
     atomics plain / pipelined or a block scan, with or without window bins, window keys
-    stored packed (int64) or as two arrays, one or two
+    stored packed (int64) or as two arrays (packed: in lane regions where the block
+    allows, or not), one or two
     blocks of loads in flight, the gathered keys emitted solo or with atomics, in steps of
     128 or 512."""
     from dsa_ops.backends.triton import radix_launch
@@ -345,7 +383,10 @@ def test_radix_properties(draws):
                  bracket=draws.draw(st.booleans()), samp=draws.draw(st.sampled_from([None, 128, 256])),
                  catom=draws.draw(st.booleans()), pipe=draws.draw(st.booleans()), solo_emit=draws.draw(st.booleans()),
                  prefetch=draws.draw(st.sampled_from([None, 1, 2])), rb=draws.draw(st.sampled_from([128, 512])),
-                 bins=draws.draw(st.booleans()), pack=draws.draw(st.booleans()))
+                 bins=draws.draw(st.booleans()), pack=draws.draw(st.booleans()),
+                 lanes=draws.draw(st.sampled_from([None, False])))
+    knobs["postbins"] = draws.draw(st.booleans()) and knobs["bins"] and knobs["lanes"] is None and knobs["pack"] \
+        and knobs["catom"] and knobs["block"] == 1024
     flat = lengths.reshape(-1)
     nn = 1 if flat.numel() == x.shape[0] else next_n
     for stable in (False, True):
@@ -406,6 +447,21 @@ def test_radix_plan_split_and_its_off_switch(monkeypatch):
     p, sh = rl.launch_plan(64, 133120, dev)  # split mode keeps the co-residency caps
     assert (p.slices, sh["maxnreg"]) == (8, rl.MAXNREG)
     assert rl.launch_plan(16384, 131072, torch.device("cpu"))[1]["maxnreg"] == rl.MAXNREG
+    # lane regions by the measured rule: rows of one program each, or a wide prefill chunk
+    # (there with LANE_ROW_SHAPE and the bins after the read); the candidate buffer grows to hold them
+    p, sh = rl.launch_plan(16384, 131072, dev, lanes=None)
+    assert (sh["lanes"], sh["postbins"], sh["maxnreg"], p.grid0) == (True, True, 80, 132 * 6), sh
+    assert p.cand_cap // 2 // 128 - 1 >= 64  # lane rows: ~42 keys a lane at 128K, samp 512
+    p, sh = rl.launch_plan(16384, 65536, dev, lanes=None)
+    assert (sh["lanes"], sh["postbins"], sh["maxnreg"]) == (False, False, rl.ROW_MAXNREG), sh
+    p, sh = rl.launch_plan(512, 133120, dev, lanes=None)  # row-mode decode, 512 programs
+    assert (p.slices, sh["lanes"], sh["postbins"], sh["maxnreg"]) == (1, True, False, rl.ROW_MAXNREG), sh
+    assert not rl.launch_plan(64, 133120, dev, lanes=None)[1]["lanes"]  # split mode: not measured to gain
+    assert not rl.launch_plan(512, 133120, dev, lanes=None, packed=False)[1]["lanes"]
+    with pytest.raises(ValueError, match="lanes"):
+        rl.launch_plan(512, 133120, dev, lanes=True, packed=False)
+    p, sh = rl.launch_plan(64, 133120, dev, lanes=True)  # split-mode lanes: room for 8 programs' lanes
+    assert sh["lanes"] and p.cand_cap // 2 // p.slices // 128 - 1 >= 24, p
     with pytest.raises(ValueError, match="maxnreg"):
         rl.launch_plan(1, 133120, dev, maxnreg=100)
     # warp-aggregated slot atomics: CUDA, compiled, 4 keys a thread in every group of a block

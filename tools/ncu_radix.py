@@ -32,5 +32,6 @@ for _ in range(3):
     call()
 torch.cuda.synchronize()
 knobs = ("slices", "block", "num_warps", "per_sm", "min_slice", "maxnreg")
-p, shape = radix.launch_plan(rows, width, x.device, **{n: v for n, v in kw.items() if n in knobs})
+p, shape = radix.launch_plan(rows, width, x.device, **{n: v for n, v in kw.items() if n in knobs},
+                             lanes=bool(kw["lanes"]) if "lanes" in kw else None)
 print("plan", p, shape, kw)

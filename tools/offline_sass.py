@@ -14,8 +14,9 @@ does, install that version aside and put it first, for example
 ``PYTHONPATH=/tmp/t36:. python tools/offline_sass.py``. Codegen differs between versions:
 in run 28, Triton 3.9 kept a tiled read in registers, and 3.6 did not.
 
-Defaults are the shipped launch: row mode (prefill) is 4 warps, 1024-key blocks, samp
-512 and 80 registers; split mode (decode) is 8 warps, 2048-key blocks, samp 256 and 128
+Defaults are a shipped launch: row mode is 4 warps, 1024-key blocks, samp 512, lane
+regions (LANES=128, as for rows of one program each; LANES=0 gives the warp-aggregated
+build that prefill chunks under 96K columns take) and 64 registers; split mode (decode) is 8 warps, 2048-key blocks, samp 256 and 128
 registers. ``NAME=INT`` overrides a constexpr of ``radix_kernel`` (e.g. ``PF=2``).
 """
 
@@ -45,13 +46,14 @@ def constexprs(mode: str, num_warps: int, overrides: dict[str, int]) -> dict[str
     c = dict(BLOCK=block, RT=rl.RT, CT=rl.CT, PMAX=rl.PMAX, HMASK=True, DBITS=rl.DBITS, NB=1 << rl.DBITS,
              RB=rl.RB, SAMP=rl.SAMP_ROW if mode == "row" else rl.SAMP, NBW=min(rl.NBW, 256 * num_warps),
              CATOM=True, PIPE=False, PF=rl.PF_ROW if mode == "row" else 1, WAGG=True, PACK=True,
-             TIMING=False)
+             LANES=32 * num_warps if mode == "row" else 0, PBINS=False, TIMING=False)
     params = inspect.signature(radix_kernel.fn).parameters
     for name, value in overrides.items():
         if name not in params:
             raise SystemExit(f"offline_sass: {name} is not a parameter of radix_kernel")
         c[name] = value
     c["PACK"] = c["PACK"] and c["CATOM"]  # as radix_launch.launch: packed stores need the slot atomics
+    c["LANES"] = c["LANES"] if c["PACK"] else 0  # and lane regions the packed stores
     return {k: v for k, v in c.items() if k in params}
 
 
@@ -64,15 +66,16 @@ def compile_cubin(consts: dict[str, int], num_warps: int, maxnreg: int) -> bytes
     return k.asm["cubin"]
 
 
-def read_loop(sass: str) -> tuple[str, int, int, int] | None:
+def read_loop(sass: str, lanes: bool) -> tuple[str, int, int, int] | None:
     """(address range, instructions, LDL, STL) of the first backward branch whose body holds
-    an ATOMG and a REDG: the bracket's read (slot atomic and bin atomic per window key)."""
+    a REDG (the bin atomic per window key) and, without lane regions, an ATOMG (the slot
+    atomic): the bracket's read."""
     ins = [(int(m.group(1), 16), m.group(2)) for m in re.finditer(r"/\*([0-9a-f]{4,6})\*/\s+([^;]*);", sass)]
     for addr, text in ins:
         m = re.search(r"BRA (0x[0-9a-f]+)", text)
         if m and int(m.group(1), 16) < addr:
             body = [t for a, t in ins if int(m.group(1), 16) <= a <= addr]
-            if any("ATOMG" in t for t in body) and any("REDG" in t for t in body):
+            if (lanes or any("ATOMG" in t for t in body)) and any("REDG" in t for t in body):
                 return (f"{m.group(1)}-{hex(addr)}", len(body), sum("LDL" in t for t in body),
                         sum("STL" in t for t in body))
     return None
@@ -111,7 +114,7 @@ def main(argv: list[str]) -> int:
     res = re.search(r"REG:(\d+) STACK:(\d+) SHARED:(\d+)", usage)
     print(f"triton {triton.__version__}, sm_90, {a.mode} mode, {nw} warps, maxnreg {mr}, {over or 'no overrides'}")
     print(f"registers {res.group(1)}, stack {res.group(2)} B, static shared {res.group(3)} B" if res else usage)
-    loop = read_loop(sass)
+    loop = read_loop(sass, bool(consts.get("LANES")))
     if loop is None:
         print("bracket read loop: not found")
     else:

@@ -2,7 +2,7 @@
 variants (graph replay, L2 flushed, median of 30). Writes JSON to argv[1].
 
 Sections (argv[2], comma list): smoke, check, paths, phases, decode, sweep, prefill, prefill_var,
-stable, occupancy, rowknobs, readabl, wagg, waggrow, rowphase, warps2. ``paths``
+stable, occupancy, rowknobs, readabl, wagg, waggrow, rowphase, warps2, lanes, lanesrule. ``paths``
 records which way the bracket went per row (kernel stats) on several data distributions.
 """
 
@@ -376,6 +376,24 @@ if "rowphase" in SECTIONS:  # row mode as shipped (64 x 8, wagg, packed): phases
     res["rowphase"] = {"prefill_ms": prefill_knobs(
         (16384, 131072), [("default", {}), ("samp 1024", dict(samp=1024)), ("prefetch 2", dict(prefetch=2)),
                           ("nbw 512", dict(nbw=512))], phases_at=(16384, 131072), phased=1)}
+    save()
+if "lanes" in SECTIONS:  # row mode: lane regions (slots counted in registers) against the warp-aggregated slot atomics
+    res["lanes"] = {
+        "prefill_ms": prefill_knobs(ALL_C, [("lanes (default)", {}), ("wagg slots (before)", dict(lanes=False)),
+                                            ("lanes, 80 regs 6/SM", dict(maxnreg=80, per_sm=6)),
+                                            ("lanes, 128 regs 4/SM", dict(maxnreg=128, per_sm=4)),
+                                            ("lanes, 80 regs 6/SM, bins after the read",
+                                             dict(maxnreg=80, per_sm=6, postbins=True))],
+                                    phases_at=(16384, 131072), phased=3, paths=(1,)),
+        "decode_us": decode_knobs(((133120, 512, 131072), (133120, 512, "mixed")),
+                                  (("default (row mode: lanes)", {}), ("wagg slots", dict(lanes=False))))}
+    save()
+if "lanesrule" in SECTIONS:  # launch_plan's lane rule against the warp-aggregated slots; split-mode lanes
+    res["lanesrule"] = {
+        "prefill_ms": prefill_knobs(ALL_C, [("default (rule)", {}), ("no lanes", dict(lanes=False))]),
+        "decode_us": decode_knobs(((133120, 512, 131072), (1048576, 300, 131072), (133120, 64, 32768),
+                                   (133120, 64, 131072), (1048576, 64, 131072)),
+                                  (("default (rule)", {}), ("lanes", dict(lanes=True)), ("no lanes", dict(lanes=False))))}
     save()
 if "warps2" in SECTIONS:  # row mode: two-warp programs of 512-key blocks, twice as many a multiprocessor
     res["warps2"] = {"prefill_ms": prefill_knobs(

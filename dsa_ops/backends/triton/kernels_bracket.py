@@ -200,3 +200,83 @@ def _bracket_pass(row, lo, hi, s0, x1, t_hi, s_base, sh, dk, di, capp, whist, ct
         cnt = tl.atomic_add(ctr, 0, sem="relaxed")  # every slot of this program was taken
         und = -1  # the caller derives it from the bins
     return cnt, und
+
+
+@triton.jit
+def _flat(x, N: tl.constexpr):
+    """A (BLOCK / LN, LN) tensor as N = BLOCK values in row-major order. The scattered
+    atomics and stores take it flat: Triton gives an access whose addresses have no
+    contiguity a layout ordered by dimension 0 first, so a 2D one would go through shared
+    memory to change layout; the flat view keeps each thread's values where they are."""
+    return tl.reshape(x, [N])
+
+
+@triton.jit
+def _lane_pass(row, lo, hi, t_hi, s_base, sh, dk, lcap, whist, BLOCK: tl.constexpr, LN: tl.constexpr,
+               BINS: tl.constexpr, PBINS: tl.constexpr):
+    """The bracket's read with lane regions (no slot atomics). A block is viewed as
+    (BLOCK / LN, LN): column ``start + j * LN + i`` belongs to lane i, and every lane owns
+    the slots ``i, i + LN, i + 2 LN, ...`` of this program's region at ``dk`` (int64 slots,
+    ``_pk`` pairs): its n-th window key goes to slot ``n * LN + i``. A lane's running count
+    is one value a lane and its place in a block an exclusive scan along the block's first
+    axis, so the slots need no atomic, no shuffle and no memory round trip (with Triton's
+    default layout for this shape a lane is one thread and the scan stays in its registers;
+    any other layout gives the same slots). Keys whose lane already holds ``lcap`` are
+    counted but not stored; row ``lcap`` of the region receives the lanes' counts (the
+    readers' validity, ``_lane_ok``). Bins as in ``_bracket_pass``; PBINS (with BINS): not
+    in the read but after it, from the region's keys (the read loop then has no atomic at
+    all; the keys that fit their lane are counted, so an overflowed region's bins are
+    short, which the caller's poison makes moot). Returns (window keys, largest lane
+    count): the region overflowed where the latter exceeds lcap."""
+    R: tl.constexpr = BLOCK // LN
+    ofs = tl.arange(0, R)[:, None] * LN + tl.arange(0, LN)[None, :]
+    cnt = tl.zeros([LN], tl.int32)
+    x = tl.load(row + lo + ofs, mask=lo + ofs < hi, other=0.0)
+    for start in range(lo, hi, BLOCK):
+        o = start + ofs
+        s = _skey(x)
+        x = tl.load(row + o + BLOCK, mask=o + BLOCK < hi, other=0.0)
+        inw = (o < hi) & (s <= t_hi)
+        if BINS & (PBINS == 0):
+            _bin_add(whist, s, inw, s_base, sh, BLOCK)
+        m = inw.to(tl.int32)
+        n = cnt[None, :] + tl.cumsum(m, axis=0) - m
+        tl.store(_flat(dk + n * LN + tl.arange(0, LN)[None, :], BLOCK), _flat(_pk(s, o), BLOCK),
+                 mask=_flat(inw & (n < lcap), BLOCK))
+        cnt += tl.sum(m, axis=0)
+    tl.store(dk + lcap * LN + tl.arange(0, LN), cnt.to(tl.int64))
+    if BINS & PBINS:
+        tl.debug_barrier()  # the region's keys, stored by any thread, are read by any other
+        nr = tl.minimum(tl.max(cnt), lcap)
+        rows = tl.arange(0, R)[:, None]
+        lim = tl.minimum(cnt, lcap)[None, :]
+        v = rows < lim
+        w = tl.load(_flat(dk + ofs, BLOCK), mask=_flat(v, BLOCK), other=0, cache_modifier=".cg")
+        for j0 in range(0, nr, R):
+            vn = rows + j0 + R < lim
+            wn = tl.load(_flat(dk + j0 * LN + BLOCK + ofs, BLOCK), mask=_flat(vn, BLOCK), other=0, cache_modifier=".cg")
+            _bin_add(whist, w.to(tl.int32), _flat(v, BLOCK), s_base, sh, BLOCK)
+            w = wn
+            v = vn
+    return tl.sum(cnt), tl.max(cnt)
+
+
+@triton.jit
+def _bin_add(whist, s, m, s_base, sh, BLOCK: tl.constexpr):
+    """Each key ``s`` of a block where ``m`` and at or above ``s_base`` adds one to its
+    window bin ``1 + (s - s_base) >> sh`` of ``whist`` (taken flat, ``_flat``)."""
+    d = ((s.to(tl.uint32, bitcast=True) - s_base.to(tl.uint32, bitcast=True)) >> sh.to(tl.uint32)).to(tl.int32)
+    tl.atomic_add(_flat(whist + 1 + d, BLOCK), 1, mask=_flat(m & (s >= s_base), BLOCK), sem="relaxed")
+
+
+@triton.jit
+def _lane_ok(gk, off, v, lbase, lcap, LN: tl.constexpr):
+    """Readers of a region of ``_lane_pass`` (``lcap`` > 0; 0: a contiguous region, ``v``
+    unchanged): int64 slot ``off`` of gk holds a key where its row is below its lane's
+    count (row lcap of the region at ``lbase``). LN = 0: no lane regions in this build."""
+    if LN > 0:
+        if lcap > 0:
+            rel = off - lbase
+            n = tl.load(gk.to(tl.pointer_type(tl.int64)) + lbase + lcap * LN + rel % LN, mask=v, other=0)
+            v = v & ((rel // LN).to(tl.int64) < n)
+    return v

@@ -62,7 +62,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from dsa_ops.backends.triton.kernels_bracket import _bracket, _bracket_pass, _ld2, _ldk
+from dsa_ops.backends.triton.kernels_bracket import _bracket, _bracket_pass, _flat, _lane_ok, _lane_pass, _ld2, _ldk
 from dsa_ops.backends.triton.kernels_select import INT_MIN, _rank_part, _row_window, _skey, _trivial
 
 HIST = tl.constexpr(0)  # up to 3 x 4096 bins (12-bit digits) or 4 x 256 (8-bit)
@@ -254,39 +254,76 @@ def _region_emit(gk, gi, capp, cnts, n_reg, pmask, pval, out_row, k, need, take_
 
 
 @triton.jit
-def _buf_count(cand_k, q0, q1, pmask, pval, shift, ghist, packed, RB: tl.constexpr, NB: tl.constexpr):
+def _buf_count(cand_k, q0, q1, pmask, pval, shift, ghist, packed, lcap, RB: tl.constexpr, NB: tl.constexpr,
+               LN: tl.constexpr):
     """Sparse pass over the gathered keys [q0, q1) of the candidate buffer (``packed``: see
-    ``_ldk``): each key that matches the prefix adds one to its digit's bin of ``ghist``."""
+    ``_ldk``; lcap > 0: lane regions, see ``_lane_ok``): each key that matches the prefix
+    adds one to its digit's bin of ``ghist``."""
     r = tl.arange(0, RB)
     for start in range(q0, q1, RB):
         o = start + r
-        u = _ldk(cand_k, o, o < q1, packed) ^ INT_MIN
-        m = (o < q1) & ((u & pmask) == pval)
+        v = _lane_ok(cand_k, o, o < q1, q0, lcap, LN)
+        u = _ldk(cand_k, o, v, packed) ^ INT_MIN
+        m = v & ((u & pmask) == pval)
         tl.atomic_add(ghist + ((u >> shift) & (NB - 1)), 1, mask=m, sem="relaxed")
 
 
 @triton.jit
+def _lane_emit(gk, lbase, lcap, pmask, pval, out_row, bw, bc, k, need, take_all, dk, di, cap, BLOCK: tl.constexpr,
+               LN: tl.constexpr):
+    """``_split_run`` for the lane regions of ``_lane_pass`` at int64 slot ``lbase`` of gk:
+    tiles of (BLOCK / LN rows, LN lanes) from row 0 to the fullest lane's count, a slot valid
+    below its lane's count (the counts read once into registers; no lookup a key), taken
+    flat (``_flat``), the next tile prefetched. Returns the running slots."""
+    R: tl.constexpr = BLOCK // LN
+    rows = tl.arange(0, R)[:, None]
+    ofs = rows * LN + tl.arange(0, LN)[None, :]
+    g = gk.to(tl.pointer_type(tl.int64)) + lbase
+    cnt = tl.minimum(tl.load(g + lcap * LN + tl.arange(0, LN), cache_modifier=".cg").to(tl.int32), lcap)
+    lim = cnt[None, :]
+    v = rows < lim
+    w = tl.load(_flat(g + ofs, BLOCK), mask=_flat(v, BLOCK), other=0, cache_modifier=".cg")
+    for j0 in range(0, tl.max(cnt), R):
+        vn = rows + (j0 + R) < lim
+        wn = tl.load(_flat(g + (j0 + R) * LN + ofs, BLOCK), mask=_flat(vn, BLOCK), other=0, cache_modifier=".cg")
+        nw, nc = _split_at(w.to(tl.int32), (w >> 32).to(tl.int32), _flat(v, BLOCK), pmask, pval, out_row, bw, bc, k,
+                           need, take_all, dk, di, cap)
+        bw += nw
+        bc += nc
+        w = wn
+        v = vn
+    return bw, bc
+
+
+@triton.jit
 def _buf_emit(cand_k, cand_i, q0, q1, pmask, pval, out_row, ctl, k, need, take_all, c2k, c2i, cap, solo, packed,
-              RB: tl.constexpr):
+              lcap, RB: tl.constexpr, LN: tl.constexpr, BLOCK: tl.constexpr):
     """``_split_block`` over the gathered keys [q0, q1): the bin's keys get the slots of
     ctl[4] and go to the second buffer (c2k, c2i) unless taken whole. ``solo`` (the row's
     only program): running slot counts in registers (read from ctl[1] / ctl[4] once, written
     back at the end) and the next chunk prefetched, instead of two dependent atomics a chunk.
-    ``packed``: see ``_ld2``."""
+    ``packed``: see ``_ld2``; lcap > 0: lane regions (``_lane_ok``)."""
     r = tl.arange(0, RB)
     if solo != 0:
         tl.debug_barrier()  # every warp's earlier slot atomics are done
         bw = tl.load(ctl + 1, cache_modifier=".cg")
         bc = tl.load(ctl + 4, cache_modifier=".cg")
-        bw, bc = _split_run(cand_k, cand_i, q0 + r, q0 + r, q1, q1 - q0, pmask, pval, out_row, bw, bc, k, need,
-                            take_all, c2k, c2i, cap, packed, RB)
+        lanes = tl.zeros([], tl.int32)
+        if LN > 0:  # (a build with lane regions)
+            lanes = (lcap > 0).to(tl.int32)
+            if lanes != 0:
+                bw, bc = _lane_emit(cand_k, q0, lcap, pmask, pval, out_row, bw, bc, k, need, take_all, c2k, c2i, cap,
+                                    BLOCK, LN)
+        if lanes == 0:
+            bw, bc = _split_run(cand_k, cand_i, q0 + r, q0 + r, q1, q1 - q0, pmask, pval, out_row, bw, bc, k, need,
+                                take_all, c2k, c2i, cap, packed, RB)
         tl.debug_barrier()
         tl.store(ctl + 1, bw)
         tl.store(ctl + 4, bc)
     else:
         for start in range(q0, q1, RB):
             o = start + r
-            v = o < q1
+            v = _lane_ok(cand_k, o, o < q1, q0, lcap, LN)
             s, col = _ld2(cand_k, cand_i, o, v, packed)
             _split_block(s, col, v, pmask, pval, out_row, ctl + 4, ctl, k, need, take_all, c2k, c2i, cap)
 
@@ -391,13 +428,14 @@ def radix_kernel(logits, stride_r, lens, starts, ends, out, ws, stats,
                  HMASK: tl.constexpr, DBITS: tl.constexpr, NB: tl.constexpr, RB: tl.constexpr,
                  SAMP: tl.constexpr, NBW: tl.constexpr, CATOM: tl.constexpr = True, PIPE: tl.constexpr = False,
                  PF: tl.constexpr = 1, BINS: tl.constexpr = True, WAGG: tl.constexpr = False,
-                 PACK: tl.constexpr = False,
+                 PACK: tl.constexpr = False, LANES: tl.constexpr = 0, PBINS: tl.constexpr = False,
                  TIMING: tl.constexpr = False):
     """Grid (G0, n_slices). n_slices > 1: G0 = R, program (r, s) owns slice s of row r and
     slot r. n_slices = 1: program g loops over rows g, g + G0, ... with slot g.
     want_stats: ``stats[r] = (path, window keys)``, path 0 no bracket, 1 bracket, 2 bracket
     then the whole window from the top digit, 3 bracket missed (exact fallback)."""
     tl.static_assert((PACK == 0) | (CATOM != 0), "PACK needs CATOM (the host clears it otherwise)")
+    tl.static_assert((LANES == 0) | (PACK != 0), "LANES needs PACK (the host clears it otherwise)")
     tl.static_assert(NBW <= NBW_MAX, "NBW bins must fit the workspace's window region")
     pid0 = tl.program_id(0)
     s_idx = tl.program_id(1)
@@ -437,6 +475,8 @@ def radix_kernel(logits, stride_r, lens, starts, ends, out, ws, stats,
                 q0 = tl.zeros([], tl.int32)  # this program's share [q0, q1) of the gathered keys
                 q1 = tl.zeros([], tl.int32)
                 gofs = tl.zeros([], tl.int32)  # gathered keys at this offset of the buffer, the rank's bin at the other half
+                lcap = tl.zeros([], tl.int32)  # > 0: the gathered keys are in lane regions of lcap rows (_lane_pass)
+                lc = tl.zeros([], tl.int32)
                 alive = tl.full([], 1, tl.int32)  # 0: a finisher took the row over
                 me = (s_idx == 0).to(tl.int32)  # reports the row's stats
                 _tick(stats, r, 0, me, TIMING)
@@ -444,15 +484,28 @@ def radix_kernel(logits, stride_r, lens, starts, ends, out, ws, stats,
                 if brk:
                     # one read: every key up to the sampled window's top -> this program's region
                     # of the buffer, binned; then the k-th key's bin is a prefix of the gathered keys
-                    x1 = tl.load(row + lo + BLOCK + ar, mask=lo + BLOCK + ar < hi, other=0.0)  # in flight meanwhile
-                    t_hi, s_base, sh = _bracket(row, L, k, SAMP, NBW)
-                    _tick(stats, r, 1, me, TIMING)
-                    capp = half // n_act
-                    q0 = s_idx * capp
-                    cnt, und = _bracket_pass(row, lo, hi, key0, x1, t_hi, s_base, sh,
-                                             cand_k + (2 * q0 if PACK else q0), cand_i + q0, capp,
-                                             whist, pcnt + s_idx, L < wagg_max, BLOCK, CATOM, PIPE, PF, BINS, WAGG, PACK)
-                    q1 = q0 + tl.minimum(cnt, capp)
+                    if LANES:
+                        t_hi, s_base, sh = _bracket(row, L, k, SAMP, NBW)
+                        _tick(stats, r, 1, me, TIMING)
+                        capp = half // n_act // LANES * LANES
+                        q0 = s_idx * capp
+                        lc = capp // LANES - 1  # rows of the lane regions (row lc: the lanes' counts)
+                        cnt, mx = _lane_pass(row, lo, hi, t_hi, s_base, sh, cand_k.to(tl.pointer_type(tl.int64)) + q0,
+                                             lc, whist, BLOCK, LANES, BINS, PBINS)
+                        q1 = q0 + tl.minimum(mx, lc) * LANES
+                        cnt = tl.where(mx > lc, capp + 1, cnt)  # a full lane: the region overflowed
+                        und = tl.full([], -1, tl.int32)
+                    else:
+                        x1 = tl.load(row + lo + BLOCK + ar, mask=lo + BLOCK + ar < hi, other=0.0)  # in flight meanwhile
+                        t_hi, s_base, sh = _bracket(row, L, k, SAMP, NBW)
+                        _tick(stats, r, 1, me, TIMING)
+                        capp = half // n_act
+                        q0 = s_idx * capp
+                        cnt, und = _bracket_pass(row, lo, hi, key0, x1, t_hi, s_base, sh,
+                                                 cand_k + (2 * q0 if PACK else q0), cand_i + q0, capp,
+                                                 whist, pcnt + s_idx, L < wagg_max, BLOCK, CATOM, PIPE, PF, BINS, WAGG,
+                                                 PACK)
+                        q1 = q0 + tl.minimum(cnt, capp)
                     tl.atomic_add(ctl + 6, tl.where(cnt > capp, 1 << 24, cnt), sem="relaxed")  # overflow: poison
                     if und >= 0:
                         tl.atomic_add(whist, und, sem="relaxed")
@@ -475,6 +528,7 @@ def radix_kernel(logits, stride_r, lens, starts, ends, out, ws, stats,
                         if (nwin >= k) & (nwin < (1 << 24)):
                             b, bel, cb = _choose(hw, k)
                             buf = tl.full([], 2 if PACK else 1, tl.int32)  # 2: packed (no finisher)
+                            lcap = lc
                             path = tl.full([], 2, tl.int32)
                             if b == 0:  # the k-th is below the base: radix the gathered keys from the top digit
                                 cb = nwin
@@ -519,7 +573,7 @@ def radix_kernel(logits, stride_r, lens, starts, ends, out, ws, stats,
                     shift = tl.maximum(rem - DBITS, 0)  # 12-bit: 20, 8, 0 (overlap already fixed)
                     ghist = slot + HIST + NB * p
                     if buf != 0:  # later passes count the gathered keys only
-                        _buf_count(cand_k + gofs, q0, q1, pmask, pval, shift, ghist, buf == 2, RB, NB)
+                        _buf_count(cand_k + gofs, q0, q1, pmask, pval, shift, ghist, buf == 2, lcap, RB, NB, LANES)
                         nb += 1
                         _barrier(ctl, n_act * nb)
                         h = tl.load(ghist + bins, cache_modifier=".cg")
@@ -574,7 +628,7 @@ def radix_kernel(logits, stride_r, lens, starts, ends, out, ws, stats,
                             rk = cand_i
                             ri = cand_i + half
                         _buf_emit(cand_k + gofs, cand_i + gofs, q0, q1, pmask, pval, out_row, ctl, k, need, take_all, rk, ri,
-                                  half, (n_act == 1) & (solo_emit != 0), buf == 2, RB)
+                                  half, (n_act == 1) & (solo_emit != 0), buf == 2, lcap, RB, LANES, BLOCK)
                     else:
                         _emit_pass(row, lo, hi, key0, pmask, pval, out_row, ctl, k, need, take_all, cand_k,
                                    cand_i, cand_cap, 0, ctl, 0, BLOCK, NB)

@@ -46,6 +46,15 @@ ROW_PROGRAMS_PER_SM = 1  # one wave of persistent programs (the bracket buffers 
 # 6.75 to 6.30 ms; run 32, with the warp-aggregated slots and packed stores: 64 x 8 was the fastest at every C,
 # 1.08 / 1.78 / 3.13 / 5.71 ms against 1.12 / 1.99 / 3.61 / 6.66 at 80 x 6; 1056 slots on an H200, docs/design.md)
 ROW_MAXNREG, ROW_PER_SM = 64, 8
+# lane regions (``kernels_bracket._lane_pass``: slots counted in registers, no slot atomics) in row
+# mode, measured on the H200 (probe runs 36-37): a row's read is 21-45 % shorter, but its emit
+# reads the lanes' holes too, so a multiprocessor full of programs gains only on wide rows.
+# Rows of one program each (rows <= row-mode slots, e.g. 512 decode rows at 128K: 337 -> 230 us)
+# always take them; more rows (a prefill chunk), from LANES_WIDE columns, with LANE_ROW_SHAPE
+# (registers, programs a multiprocessor) and the bins counted after the read (C = 128K: 5.70 ->
+# 5.35 ms; C = 16K-64K lose 8-19 %, so they keep the warp-aggregated slots at 64 x 8)
+LANES_WIDE = 98304
+LANE_ROW_SHAPE = (80, 6)
 SAMP = 256  # bracket: strided samples of the row that place the window of the k-th key (split mode)
 SAMP_ROW = 512  # row mode (prefill): a narrower window pays for the longer sort (run 24: 7.09 -> 6.68 ms at C = 128K)
 PF_ROW = 1  # row mode: blocks of loads in flight in the bracket's read (2 measured slower: run 25, 6.7 -> 8.1 ms)
@@ -112,9 +121,17 @@ def window_bound(width: int, k: int, samp: int = SAMP) -> int:
         length = min(width, length * 2)
 
 
+def lane_bound(window: float, lanes: int) -> int:
+    """Region slots that hold a window of ``window`` keys in lane regions (``kernels_bracket._lane_pass``)
+    w.h.p.: each of ``lanes`` lanes gets its mean share plus 4.5 standard deviations (the keys of
+    a window spread over the lanes about evenly on real rows), plus the row of counts."""
+    per = window / lanes
+    return int(lanes * (per + 4.5 * math.sqrt(per) + 2))
+
+
 def plan(rows: int, width: int, device: torch.device, slices: int | None = None,
          block: int = BLOCK, num_warps: int = NUM_WARPS, per_sm: int | None = None, k: int = 2048,
-         maxnreg: int = MAXNREG) -> RadixPlan:
+         maxnreg: int = MAXNREG, lanes: bool = False) -> RadixPlan:
     """Split a few long rows over the multiprocessors; one program per row otherwise.
 
     Under Triton's interpreter programs run one after another, so a row barrier could
@@ -133,7 +150,11 @@ def plan(rows: int, width: int, device: torch.device, slices: int | None = None,
                          "(split mode needs every program of a row resident)")
     if not 1 <= slices <= PMAX:
         raise ValueError(f"slices must be in [1, {PMAX}], got {slices}")
-    half = 1 << max(0, window_bound(width, k) - 1).bit_length()  # the bracket gathers into half the buffer
+    need = window_bound(width, k)  # the bracket gathers into half the buffer
+    if lanes:  # every lane (32 x num_warps a program) holds its share of its program's window w.h.p.
+        per = window_bound(width, k, SAMP_ROW if slices == 1 else SAMP) / slices
+        need = max(need, slices * lane_bound(per, 32 * num_warps))
+    half = 1 << max(0, need - 1).bit_length()
     if slices > 1:
         return RadixPlan(grid0=rows, slices=slices, cand_cap=max(CAND_SPLIT, 2 * min(half, HALF_MAX_SPLIT)),
                          rank_budget=RANK_BUDGET)
@@ -154,11 +175,17 @@ def tuning(rows: int) -> dict:
 
 def launch_plan(rows: int, width: int, device: torch.device, slices: int | None = None, block: int | None = None,
                 num_warps: int | None = None, per_sm: int | None = None, min_slice: int | None = None,
-                maxnreg: int | None = None, k: int = 2048) -> tuple[RadixPlan, dict]:
-    """:func:`launch`'s plan and launch shape (block, num_warps, min_slice, maxnreg) from its
-    knobs, None meaning the default: :func:`tuning` by rows, then, for a row-mode plan of
-    four-warp programs on CUDA with neither maxnreg nor per_sm given, ROW_MAXNREG registers
-    and ROW_PER_SM programs a multiprocessor (no program waits on another there)."""
+                maxnreg: int | None = None, k: int = 2048, lanes: bool | None = False,
+                packed: bool = True) -> tuple[RadixPlan, dict]:
+    """:func:`launch`'s plan and launch shape (block, num_warps, min_slice, maxnreg, lanes,
+    postbins) from its knobs, None meaning the default: :func:`tuning` by rows, then, for a
+    row-mode plan of four-warp programs on CUDA with neither maxnreg nor per_sm given,
+    ROW_MAXNREG registers and ROW_PER_SM programs a multiprocessor (no program waits on
+    another there). ``lanes``: lane regions in the bracket's read (they need ``packed``
+    stores and a block of whole lane rows), with room for them in the candidate buffer
+    (:func:`lane_bound`); None picks them by the measured rule (see LANES_WIDE): row mode
+    where every program has one row, or wide rows; the wide-row case also takes
+    LANE_ROW_SHAPE (with the default shape) and counts the bins after the read (``postbins``)."""
     t = tuning(rows)
     explicit = (maxnreg, per_sm)
     block = t["block"] if block is None else block
@@ -170,10 +197,27 @@ def launch_plan(rows: int, width: int, device: torch.device, slices: int | None 
         raise ValueError(f"maxnreg must be 64, 80, 96, 128, 168 or 255, got {maxnreg}")
     p = plan(rows, width, device, slices, block, num_warps, per_sm, k, maxnreg)
     cuda = device.type == "cuda" and torch.version.hip is None
-    if p.slices == 1 and cuda and explicit == (None, None) and num_warps == 4:
-        maxnreg = ROW_MAXNREG
-        p = plan(rows, width, device, 1, block, num_warps, ROW_PER_SM, k, maxnreg)
-    return p, {"block": block, "num_warps": num_warps, "min_slice": min_slice, "maxnreg": maxnreg}
+    row_default = p.slices == 1 and cuda and explicit == (None, None) and num_warps == 4
+    if row_default:
+        maxnreg, per_sm = ROW_MAXNREG, ROW_PER_SM
+        p = plan(rows, width, device, 1, block, num_warps, per_sm, k, maxnreg)
+    ln = 32 * num_warps
+    can = packed and block % ln == 0
+    wide = False
+    if lanes is None:
+        one_each = rows <= p.grid0  # each program one row: its latency is the launch's
+        wide = p.slices == 1 and not one_each and width >= LANES_WIDE
+        lanes = can and p.slices == 1 and (one_each or wide)
+        wide = wide and lanes
+    elif lanes and not can:
+        raise ValueError(f"lanes=True needs packed stores (pack=True, catom=True, finisher=False) and block a "
+                         f"multiple of 32 x num_warps (block={block}, num_warps={num_warps})")
+    if lanes:
+        if wide and row_default:
+            maxnreg, per_sm = LANE_ROW_SHAPE
+        p = plan(rows, width, device, 1 if p.slices == 1 else slices, block, num_warps, per_sm, k, maxnreg, True)
+    return p, {"block": block, "num_warps": num_warps, "min_slice": min_slice, "maxnreg": maxnreg,
+               "lanes": bool(lanes), "postbins": wide}
 
 
 def bracket_min_len(p: RadixPlan, rows: int, samp: int = SAMP) -> int:
@@ -227,7 +271,7 @@ def launch(logits: Tensor, lens: Tensor, starts: Tensor, ends: Tensor, k: int, n
            nbw: int | None = None, samp: int | None = None, catom: bool = True, finisher: bool = False,
            pipe: bool = False, solo_emit: bool = True, prefetch: int | None = None,
            maxnreg: int | None = None, bins: bool = True, wagg: bool | None = None, pack: bool = True,
-           wagg_max: int | None = None) -> None:
+           wagg_max: int | None = None, lanes: bool | None = None, postbins: bool | None = None) -> None:
     """Fill ``out`` (R, k) int32 with the cooperative radix kernel (keywords: tuning).
 
     ``bracket``: non-stable rows of at least 4 x samp columns start with the sampled window
@@ -254,6 +298,13 @@ def launch(logits: Tensor, lens: Tensor, starts: Tensor, ends: Tensor, k: int, n
     ``pack``: the bracket read stores each window key and its column as one int64 (one
     store instead of two; with catom, and not with the finisher, which reads the regions
     as two arrays).
+    ``lanes``: the bracket read gives each lane of a block (32 x num_warps of them) its own
+    strided slots of the region, counted in registers (no slot atomics; pure Triton, so also
+    under the interpreter and on ROCm; ``kernels_bracket._lane_pass``). Needs pack (and so
+    catom, no finisher). None: :func:`launch_plan`'s measured rule. A lane that overflows
+    sends its row to the exact fallback. ``postbins`` (with lanes and bins): the window bins
+    are counted after the read, from the region's keys, instead of in it; None: with the
+    rule's wide rows.
     ``stats``: an int32 (R, 2) tensor that receives each bracketed row's path and window
     size (tests and probes; rows without the bracket keep their values).
     """
@@ -275,8 +326,12 @@ def launch(logits: Tensor, lens: Tensor, starts: Tensor, ends: Tensor, k: int, n
                          f"{stats.device}")
     if rows == 0:
         return
-    p, sh = launch_plan(rows, width, logits.device, slices, block, num_warps, per_sm, min_slice, maxnreg, k)
+    packed = bool(pack) and bool(catom) and not finisher
+    p, sh = launch_plan(rows, width, logits.device, slices, block, num_warps, per_sm, min_slice, maxnreg, k,
+                        lanes, packed)
     block, num_warps, min_slice, maxnreg = sh["block"], sh["num_warps"], sh["min_slice"], sh["maxnreg"]
+    lanes = sh["lanes"]
+    ln = 32 * num_warps
     if prefetch is not None and prefetch not in (1, 2):
         raise ValueError(f"prefetch must be 1 or 2 (blocks in flight in the bracket's read), got {prefetch}")
     if rb not in (128, 256, 512, 1024, 2048):
@@ -290,6 +345,13 @@ def launch(logits: Tensor, lens: Tensor, starts: Tensor, ends: Tensor, k: int, n
         raise ValueError(f"wagg=True needs CUDA outside Triton's interpreter and block a multiple of 128 x "
                          f"num_warps (block={block}, num_warps={num_warps})")
     row_mode = p.slices == 1
+    if postbins is None:
+        postbins = sh["postbins"] and bool(bins)
+    elif postbins and not (lanes and bins):
+        raise ValueError(f"postbins=True needs lane regions and bins (lanes={lanes}, bins={bins})")
+    if lanes and (p.cand_cap // 2) // p.slices // ln < 2:
+        raise ValueError(f"lanes=True needs at least two rows of {ln} slots a program's region "
+                         f"({p.cand_cap // 2} slots over {p.slices} slices)")
     samp = (SAMP_ROW if row_mode else SAMP) if samp is None else samp
     prefetch = (PF_ROW if row_mode else 1) if prefetch is None else prefetch
     if bracket is None:
@@ -311,6 +373,7 @@ def launch(logits: Tensor, lens: Tensor, starts: Tensor, ends: Tensor, k: int, n
         BLOCK=block, RT=rt, CT=ct, PMAX=PMAX, HMASK=_hist_mask() if hist_mask is None else hist_mask,
         DBITS=dbits, NB=1 << dbits, RB=rb, SAMP=samp, NBW=min(NBW, 256 * num_warps) if nbw is None else nbw,
         CATOM=catom, PIPE=pipe, PF=prefetch, BINS=bool(bins), WAGG=bool(wagg),
-        PACK=bool(pack) and bool(catom) and not finisher, TIMING=timing, num_warps=num_warps,
+        PACK=packed, LANES=ln if lanes else 0, PBINS=bool(postbins),
+        TIMING=timing, num_warps=num_warps,
         **({"maxnreg": maxnreg} if cuda else {}),
     )
