@@ -47,7 +47,7 @@ ROW_PROGRAMS_PER_SM = 1  # one wave of persistent programs (the bracket buffers 
 # 1.08 / 1.78 / 3.13 / 5.71 ms against 1.12 / 1.99 / 3.61 / 6.66 at 80 x 6; 1056 slots on an H200, docs/design.md)
 ROW_MAXNREG, ROW_PER_SM = 64, 8
 # lane regions (``kernels_bracket._lane_pass``: slots counted in registers, no slot atomics) in row
-# mode, measured on the H200 (probe runs 36-37): a row's read is 21-45 % shorter, but its emit
+# mode, measured on the H200 (probe runs 36-37): a row's read is 17-46 % shorter, but its emit
 # reads the lanes' holes too, so a multiprocessor full of programs gains only on wide rows.
 # Rows of one program each (rows <= row-mode slots, e.g. 512 decode rows at 128K: 337 -> 230 us)
 # always take them; more rows (a prefill chunk), from LANES_WIDE columns, with LANE_ROW_SHAPE
