@@ -1,6 +1,6 @@
 """The bracket of the radix kernel (``kernels_radix``, step 0): the sampled window of the
 k-th key, the one read that gathers the window into the program's region of the candidate
-buffer, and that region's layout (slots per warp, packed (key, column) pairs).
+buffer, and that region's layout (slots per warp or per lane, packed (key, column) pairs).
 """
 
 from __future__ import annotations

@@ -12,8 +12,10 @@ radix works on ``u = skey ^ INT_MIN`` whose *unsigned* order is the same.
    of NBW bins of 2^sh keys each. One read of the slice then sends every key <= t_hi to the
    program's region of the candidate buffer (slots from a per-program atomic counter, no
    CTA-wide scan; on CUDA one atomic per warp and four keys a thread; key and column stored
-   as one int64: ``kernels_bracket``) and counts it in its bin of the row's window histogram
-   (bin 0: keys below the base). After one barrier every program picks the bin of the
+   as one int64: ``kernels_bracket``; or, LANES > 0, lane regions: each lane of a block
+   owns strided slots, counted in registers, no atomic) and counts it in its bin of the
+   row's window histogram (bin 0: keys below the base; counted in the read or, PBINS,
+   after it from the region). After one barrier every program picks the bin of the
    k-th key; that bin is a prefix of the key bits, so steps 1-3 continue on the gathered
    keys (usually with a bin of a few keys: straight to the rank). Exact fallbacks: the
    k-th below the base (bin 0) radixes all gathered keys from the top digit; fewer than k
