@@ -171,10 +171,8 @@ def _bracket_pass(row, lo, hi, s0, x1, t_hi, s_base, sh, dk, di, capp, whist, ct
             else:
                 x = tl.load(row + o + BLOCK, mask=o + BLOCK < hi, other=0.0)
         inw = (o < hi) & (s <= t_hi)
-        binned = inw & (s >= s_base)
-        d = ((s.to(tl.uint32, bitcast=True) - s_base.to(tl.uint32, bitcast=True)) >> sh.to(tl.uint32)).to(tl.int32)
         if BINS | (CATOM == 0):
-            tl.atomic_add(whist + 1 + d, 1, mask=binned, sem="relaxed")
+            _bin_add(whist, s, inw, s_base, sh, BLOCK)
         if CATOM:
             pc = _slots(ctr, inw, wz, WAGG)
             if PIPE:
@@ -186,6 +184,7 @@ def _bracket_pass(row, lo, hi, s0, x1, t_hi, s_base, sh, dk, di, capp, whist, ct
             else:
                 _put(dk, di, pc, s, o, inw & (pc < capp), PACK)
         else:
+            binned = inw & (s >= s_base)
             n2 = tl.sum(inw.to(tl.int32) + (binned.to(tl.int32) << 16))  # both counts in one reduction
             nc = n2 & 0xFFFF
             if nc > 0:

@@ -486,11 +486,15 @@ def radix_kernel(logits, stride_r, lens, starts, ends, out, ws, stats,
                 if brk:
                     # one read: every key up to the sampled window's top -> this program's region
                     # of the buffer, binned; then the k-th key's bin is a prefix of the gathered keys
+                    if LANES == 0:
+                        x1 = tl.load(row + lo + BLOCK + ar, mask=lo + BLOCK + ar < hi, other=0.0)  # in flight meanwhile
+                    t_hi, s_base, sh = _bracket(row, L, k, SAMP, NBW)
+                    _tick(stats, r, 1, me, TIMING)
+                    capp = half // n_act
                     if LANES:
-                        t_hi, s_base, sh = _bracket(row, L, k, SAMP, NBW)
-                        _tick(stats, r, 1, me, TIMING)
-                        capp = half // n_act // LANES * LANES
-                        q0 = s_idx * capp
+                        capp = capp // LANES * LANES  # whole lane rows
+                    q0 = s_idx * capp
+                    if LANES:
                         lc = capp // LANES - 1  # rows of the lane regions (row lc: the lanes' counts)
                         cnt, mx = _lane_pass(row, lo, hi, t_hi, s_base, sh, cand_k.to(tl.pointer_type(tl.int64)) + q0,
                                              lc, whist, BLOCK, LANES, BINS, PBINS)
@@ -498,11 +502,6 @@ def radix_kernel(logits, stride_r, lens, starts, ends, out, ws, stats,
                         cnt = tl.where(mx > lc, capp + 1, cnt)  # a full lane: the region overflowed
                         und = tl.full([], -1, tl.int32)
                     else:
-                        x1 = tl.load(row + lo + BLOCK + ar, mask=lo + BLOCK + ar < hi, other=0.0)  # in flight meanwhile
-                        t_hi, s_base, sh = _bracket(row, L, k, SAMP, NBW)
-                        _tick(stats, r, 1, me, TIMING)
-                        capp = half // n_act
-                        q0 = s_idx * capp
                         cnt, und = _bracket_pass(row, lo, hi, key0, x1, t_hi, s_base, sh,
                                                  cand_k + (2 * q0 if PACK else q0), cand_i + q0, capp,
                                                  whist, pcnt + s_idx, L < wagg_max, BLOCK, CATOM, PIPE, PF, BINS, WAGG,
