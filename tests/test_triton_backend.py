@@ -385,8 +385,10 @@ def test_radix_properties(draws):
                  prefetch=draws.draw(st.sampled_from([None, 1, 2])), rb=draws.draw(st.sampled_from([128, 512])),
                  bins=draws.draw(st.booleans()), pack=draws.draw(st.booleans()),
                  lanes=draws.draw(st.sampled_from([None, False])))
-    knobs["postbins"] = draws.draw(st.booleans()) and knobs["bins"] and knobs["lanes"] is None and knobs["pack"] \
-        and knobs["catom"] and knobs["block"] == 1024
+    lanes_on = knobs["lanes"] is None and radix_launch.launch_plan(  # the launch's own resolution of lanes=None
+        x.shape[0], x.shape[1], x.device, block=knobs["block"], k=k, lanes=None,
+        packed=knobs["pack"] and knobs["catom"])[1]["lanes"]
+    knobs["postbins"] = draws.draw(st.booleans()) and knobs["bins"] and lanes_on
     flat = lengths.reshape(-1)
     nn = 1 if flat.numel() == x.shape[0] else next_n
     for stable in (False, True):
