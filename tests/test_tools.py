@@ -36,3 +36,24 @@ def test_offline_sass_reports_the_read_loop(capsys, tmp_path):
     assert "ATOMG" in sass.read_text()
     with pytest.raises(SystemExit, match="not a parameter"):
         tool.main(["NOT_A_PARAM=1"])
+
+
+def test_ncu_stalls_groups_samples_by_loop(capsys, tmp_path):
+    """tools/ncu_stalls.py on a made-up source page: a 3-instruction loop with 90 of 100
+    samples (60 long scoreboard, 30 wait), and the rows of an address range."""
+    spec = importlib.util.spec_from_file_location("ncu_stalls", TOOL.parent / "ncu_stalls.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    head = ["Address", "Source", "Warp Stall Sampling (All Samples)", "Instructions Executed", "stall_long_sb",
+            "stall_wait", "stall_long_sb (Not Issued)"]
+    body = [["0x100", "MOV R1, R2 ;", "10", "5", "0", "0", "0"],
+            ["0x110", "LDG.E R3, [R4] ;", "30", "50", "0", "30", "0"],
+            ["0x120", "FADD R5, R3, R1 ;", "60", "50", "60", "0", "60"],
+            ["0x130", "@P0 BRA 0x110 ;", "0", "50", "0", "0", "0"]]
+    page = tmp_path / "sass.csv"
+    page.write_text("\n".join(",".join(f'"{c}"' for c in r) for r in [["Kernel Name", "k"], head] + body) + "\n")
+    mod.main(["ncu_stalls", str(page), "0x110", "0x120"])
+    out = capsys.readouterr().out
+    assert "100 samples over 4 instructions" in out
+    assert "loop 0x110-0x130: 3 instructions, 0.0M executed, 90.0 % of samples (long_sb 67 %, wait 33 %)" in out
+    assert "0x120      60 long_sb" in out and "0x100" not in out.split("overall:")[1]

@@ -246,7 +246,8 @@ def test_radix_lane_regions_overflow(gen):
     column is among the best, so lane 0 of 128 gets all of them) sends its row to the exact
     fallback (path 3, the region poisoned); the other rows keep the bracket, and padded rows
     (live length past the last full block, and a window that starts mid-block) stay exact;
-    the same with the window bins counted after the read (``postbins``)."""
+    the same with the window bins counted after the read (``postbins``), and with read steps
+    of several blocks (``lane_step``, with and without the next step in flight)."""
     from dsa_ops.backends.triton import radix_launch
 
     width, k, lanes = 16384, 2048, 128
@@ -259,11 +260,12 @@ def test_radix_lane_regions_overflow(gen):
     x[2, ::lanes * 8] = 1e3 + torch.rand(width // lanes // 8, generator=gen)  # 16 more in lane 0: fits
     s = torch.tensor([0, 0, 0, 77], dtype=torch.int32)
     e = torch.tensor([width, width, width - 333, width - 5], dtype=torch.int32)
-    for postbins in (False, True):  # window bins counted in the read, or after it from the regions
+    # window bins counted in the read, or after it from the regions; blocks a read step, prefetch
+    for postbins, step, prefetch in ((False, 1, True), (True, 1, True), (True, 4, True), (True, 2, False)):
         stats = torch.full((4, 2), -1, dtype=torch.int32)
         out = poisoned_out(4, k)
         radix_launch.launch(x, s, s, e, k, 1, True, False, out, stats=stats, block=1024, num_warps=4, lanes=True,
-                            postbins=postbins)
+                            postbins=postbins, lane_step=step, lane_prefetch=prefetch)
         assert_prefill_equivalent(out, x, s, e, k)
         assert stats[:2].tolist() == [[3, 1 << 24]] * 2 and stats[2:, 0].tolist() == [1, 1], stats
 
@@ -332,7 +334,9 @@ def test_radix_launch_refuses_bad_knobs():
                     (dict(bracket=1000), "bracket"), (dict(bracket=2.5e4), "bracket"),
                     (dict(wagg=True), "wagg"), (dict(wagg_max=-1), "wagg_max"), (dict(wagg_max=1.5), "wagg_max"),
                     (dict(lanes=True, pack=False), "lanes"), (dict(lanes=True, block=64), "lanes"),
-                    (dict(lanes=False, postbins=True), "postbins"), (dict(bins=False, postbins=True), "postbins")):
+                    (dict(lanes=False, postbins=True), "postbins"), (dict(bins=False, postbins=True), "postbins"),
+                    (dict(lanes=True, lane_step=3), "lane_step"), (dict(lanes=False, lane_step=2), "lane_step"),
+                    (dict(lanes=False, lane_prefetch=False), "lane_prefetch")):
         # (wagg=True: inline PTX, never on the CPU / interpreter)
         with pytest.raises(ValueError, match=msg):
             radix_launch.launch(x, lt, lt, lt, 64, 1, False, False, out, **kw)
@@ -389,6 +393,8 @@ def test_radix_properties(draws):
         x.shape[0], x.shape[1], x.device, block=knobs["block"], k=k, lanes=None,
         packed=knobs["pack"] and knobs["catom"])[1]["lanes"]
     knobs["postbins"] = draws.draw(st.booleans()) and knobs["bins"] and lanes_on
+    if lanes_on:  # the lane read's step and prefetch (the rule takes 4 blocks a step only on CUDA)
+        knobs.update(lane_step=draws.draw(st.sampled_from([None, 1, 2, 4])), lane_prefetch=draws.draw(st.booleans()))
     flat = lengths.reshape(-1)
     nn = 1 if flat.numel() == x.shape[0] else next_n
     for stable in (False, True):
@@ -452,12 +458,13 @@ def test_radix_plan_split_and_its_off_switch(monkeypatch):
     # lane regions by the measured rule: rows of one program each, or a wide prefill chunk
     # (there with LANE_ROW_SHAPE and the bins after the read); the candidate buffer grows to hold them
     p, sh = rl.launch_plan(16384, 131072, dev, lanes=None)
-    assert (sh["lanes"], sh["postbins"], sh["maxnreg"], p.grid0) == (True, True, 80, 132 * 6), sh
+    assert (sh["lanes"], sh["postbins"], sh["maxnreg"], p.grid0, sh["lane_step"]) == (True, True, 128, 132 * 4, 4), sh
     assert p.cand_cap // 2 // 128 - 1 >= 64  # lane rows: ~42 keys a lane at 128K, samp 512
     p, sh = rl.launch_plan(16384, 65536, dev, lanes=None)
     assert (sh["lanes"], sh["postbins"], sh["maxnreg"]) == (False, False, rl.ROW_MAXNREG), sh
     p, sh = rl.launch_plan(512, 133120, dev, lanes=None)  # row-mode decode, 512 programs
-    assert (p.slices, sh["lanes"], sh["postbins"], sh["maxnreg"]) == (1, True, False, rl.ROW_MAXNREG), sh
+    assert (p.slices, sh["lanes"], sh["postbins"], sh["maxnreg"], sh["lane_step"]) == (1, True, False, rl.ROW_MAXNREG,
+                                                                                     1), sh
     assert not rl.launch_plan(64, 133120, dev, lanes=None)[1]["lanes"]  # split mode: not measured to gain
     assert not rl.launch_plan(512, 133120, dev, lanes=None, packed=False)[1]["lanes"]
     with pytest.raises(ValueError, match="lanes"):

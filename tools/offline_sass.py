@@ -16,7 +16,8 @@ in run 28, Triton 3.9 kept a tiled read in registers, and 3.6 did not.
 
 Defaults are a shipped launch: row mode is 4 warps, 1024-key blocks, samp 512, lane
 regions (LANES=128, as for rows of one program each; LANES=0 gives the warp-aggregated
-build that prefill chunks under 96K columns take) and 64 registers; split mode (decode) is 8 warps, 2048-key blocks, samp 256 and 128
+build that prefill chunks under 96K columns take; wide chunks take LU=4 PBINS=1 at
+``--maxnreg 128``) and 64 registers; split mode (decode) is 8 warps, 2048-key blocks, samp 256 and 128
 registers. ``NAME=INT`` overrides a constexpr of ``radix_kernel`` (e.g. ``PF=2``).
 """
 
@@ -46,7 +47,7 @@ def constexprs(mode: str, num_warps: int, overrides: dict[str, int]) -> dict[str
     c = dict(BLOCK=block, RT=rl.RT, CT=rl.CT, PMAX=rl.PMAX, HMASK=True, DBITS=rl.DBITS, NB=1 << rl.DBITS,
              RB=rl.RB, SAMP=rl.SAMP_ROW if mode == "row" else rl.SAMP, NBW=min(rl.NBW, 256 * num_warps),
              CATOM=True, PIPE=False, PF=rl.PF_ROW if mode == "row" else 1, WAGG=True, PACK=True,
-             LANES=32 * num_warps if mode == "row" else 0, PBINS=False, TIMING=False)
+             LANES=32 * num_warps if mode == "row" else 0, PBINS=False, LU=1, LPF=1, TIMING=False)
     params = inspect.signature(radix_kernel.fn).parameters
     for name, value in overrides.items():
         if name not in params:
@@ -66,16 +67,19 @@ def compile_cubin(consts: dict[str, int], num_warps: int, maxnreg: int) -> bytes
     return k.asm["cubin"]
 
 
-def read_loop(sass: str, lanes: bool) -> tuple[str, int, int, int] | None:
-    """(address range, instructions, LDL, STL) of the first backward branch whose body holds
-    a REDG (the bin atomic per window key) and, without lane regions, an ATOMG (the slot
-    atomic): the bracket's read."""
+def read_loop(sass: str, lanes: bool, pbins: bool = False) -> tuple[str, int, int, int] | None:
+    """(address range, instructions, LDL, STL) of the bracket's read: the first backward
+    branch whose body holds a global load, a REDG (the bin atomic per window key; none in
+    the read with lane regions and PBINS, where the bins are counted after it) and, without
+    lane regions, an ATOMG (the slot atomic); with them, the 64-bit key stores instead."""
     ins = [(int(m.group(1), 16), m.group(2)) for m in re.finditer(r"/\*([0-9a-f]{4,6})\*/\s+([^;]*);", sass)]
     for addr, text in ins:
         m = re.search(r"BRA (0x[0-9a-f]+)", text)
         if m and int(m.group(1), 16) < addr:
             body = [t for a, t in ins if int(m.group(1), 16) <= a <= addr]
-            if (lanes or any("ATOMG" in t for t in body)) and any("REDG" in t for t in body):
+            has = lambda op: any(op in t for t in body)  # noqa: E731
+            bins = has("REDG") != (lanes and pbins)
+            if has("LDG") and bins and (has("STG.E.64") if lanes else has("ATOMG")):
                 return (f"{m.group(1)}-{hex(addr)}", len(body), sum("LDL" in t for t in body),
                         sum("STL" in t for t in body))
     return None
@@ -114,12 +118,15 @@ def main(argv: list[str]) -> int:
     res = re.search(r"REG:(\d+) STACK:(\d+) SHARED:(\d+)", usage)
     print(f"triton {triton.__version__}, sm_90, {a.mode} mode, {nw} warps, maxnreg {mr}, {over or 'no overrides'}")
     print(f"registers {res.group(1)}, stack {res.group(2)} B, static shared {res.group(3)} B" if res else usage)
-    loop = read_loop(sass, bool(consts.get("LANES")))
+    lanes = bool(consts.get("LANES"))
+    loop = read_loop(sass, lanes, bool(consts.get("PBINS")))
+    step = consts.get("LU", 1) if lanes else 1
     if loop is None:
         print("bracket read loop: not found")
     else:
         span, n, ldl, stl = loop
-        print(f"bracket read loop {span}: {n} instructions a block, {ldl} LDL, {stl} STL")
+        per = "a block" if step == 1 else f"a step of {step} blocks"
+        print(f"bracket read loop {span}: {n} instructions {per}, {ldl} LDL, {stl} STL")
     return 0
 
 

@@ -2,7 +2,7 @@
 variants (graph replay, L2 flushed, median of 30). Writes JSON to argv[1].
 
 Sections (argv[2], comma list): smoke, check, paths, phases, decode, sweep, prefill, prefill_var,
-stable, occupancy, rowknobs, readabl, wagg, waggrow, rowphase, warps2, lanes, lanesrule. ``paths``
+stable, occupancy, rowknobs, readabl, wagg, waggrow, rowphase, warps2, lanes, lanesrule, addr, lanestep, lanestep2, lanestep3. ``paths``
 records which way the bracket went per row (kernel stats) on several data distributions.
 """
 
@@ -394,6 +394,50 @@ if "lanesrule" in SECTIONS:  # launch_plan's lane rule against the warp-aggregat
         "decode_us": decode_knobs(((133120, 512, 131072), (1048576, 300, 131072), (133120, 64, 32768),
                                    (133120, 64, 131072), (1048576, 64, 131072)),
                                   (("default (rule)", {}), ("lanes", dict(lanes=True)), ("no lanes", dict(lanes=False))))}
+    save()
+if "addr" in SECTIONS:  # the build under test as it ships (run twice: this tree, and an older one on PYTHONPATH)
+    res["addr"] = {
+        "prefill_ms": prefill_knobs(ALL_C, [("default", {})], phases_at=(16384, 131072), phased=1, paths=(1,)),
+        "decode_us": decode_knobs(((133120, 512, 131072), (1048576, 300, 131072), (133120, 1, 131072),
+                                   (133120, 64, 131072)), (("default", {}),))}
+    save()
+if "lanestep" in SECTIONS:  # lane read: keys in flight a program (blocks a step, prefetch), with the register shapes
+    LV = dict(lanes=True, postbins=True)
+    res["lanestep"] = {
+        "prefill_ms": prefill_knobs((32768, 65536, 131072), [
+            ("default (rule)", {}),
+            ("80x6 step 2", dict(LV, maxnreg=80, per_sm=6, lane_step=2)),
+            ("80x6 step 2, no prefetch", dict(LV, maxnreg=80, per_sm=6, lane_step=2, lane_prefetch=False)),
+            ("80x6 step 4, no prefetch", dict(LV, maxnreg=80, per_sm=6, lane_step=4, lane_prefetch=False)),
+            ("64x8 step 2", dict(LV, maxnreg=64, per_sm=8, lane_step=2)),
+            ("128x4 step 2", dict(LV, maxnreg=128, per_sm=4, lane_step=2)),
+            ("128x4 step 4", dict(LV, maxnreg=128, per_sm=4, lane_step=4))],
+            phases_at=(131072,), phased=2, paths=(1,)),
+        "decode_us": decode_knobs(((133120, 512, 131072), (1048576, 300, 131072)),
+                                  (("default", {}), ("step 2", dict(lane_step=2)),
+                                   ("step 2, no prefetch", dict(lane_step=2, lane_prefetch=False))))}
+    save()
+if "lanestep2" in SECTIONS:  # lane read: more keys a step at 128, 96 and 80 registers
+    LV = dict(lanes=True, postbins=True)
+    res["lanestep2"] = {
+        "prefill_ms": prefill_knobs((32768, 65536, 131072), [
+            ("default (rule)", {}),
+            ("128x4 step 4", dict(LV, maxnreg=128, per_sm=4, lane_step=4)),
+            ("128x4 step 4, no prefetch", dict(LV, maxnreg=128, per_sm=4, lane_step=4, lane_prefetch=False)),
+            ("128x4 step 8, no prefetch", dict(LV, maxnreg=128, per_sm=4, lane_step=8, lane_prefetch=False)),
+            ("96x5 step 4", dict(LV, maxnreg=96, per_sm=5, lane_step=4)),
+            ("96x5 step 4, no prefetch", dict(LV, maxnreg=96, per_sm=5, lane_step=4, lane_prefetch=False)),
+            ("80x6 step 4, no prefetch", dict(LV, maxnreg=80, per_sm=6, lane_step=4, lane_prefetch=False))],
+            phases_at=(131072,), phased=2, paths=(1,))}
+    save()
+if "lanestep3" in SECTIONS:  # the shipped wide-row lane read (128 x 4, four blocks a step) with a larger sample; 64K
+    res["lanestep3"] = {
+        "prefill_ms": prefill_knobs((65536, 131072), [
+            ("default (rule)", {}), ("samp 1024", dict(samp=1024)),
+            ("lanes 128x4 step 4", dict(lanes=True, postbins=True, maxnreg=128, per_sm=4, lane_step=4)),
+            ("lanes 128x4 step 4, samp 1024", dict(lanes=True, postbins=True, maxnreg=128, per_sm=4, lane_step=4,
+                                                    samp=1024))],
+            phases_at=(131072,), phased=2, paths=(1,))}
     save()
 if "warps2" in SECTIONS:  # row mode: two-warp programs of 512-key blocks, twice as many a multiprocessor
     res["warps2"] = {"prefill_ms": prefill_knobs(

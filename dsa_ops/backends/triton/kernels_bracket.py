@@ -212,7 +212,7 @@ def _flat(x, N: tl.constexpr):
 
 @triton.jit
 def _lane_pass(row, lo, hi, t_hi, s_base, sh, dk, lcap, whist, BLOCK: tl.constexpr, LN: tl.constexpr,
-               BINS: tl.constexpr, PBINS: tl.constexpr):
+               BINS: tl.constexpr, PBINS: tl.constexpr, LU: tl.constexpr, LPF: tl.constexpr):
     """The bracket's read with lane regions (no slot atomics). A block is viewed as
     (BLOCK / LN, LN): column ``start + j * LN + i`` belongs to lane i, and every lane owns
     the slots ``i, i + LN, i + 2 LN, ...`` of this program's region at ``dk`` (int64 slots,
@@ -225,35 +225,51 @@ def _lane_pass(row, lo, hi, t_hi, s_base, sh, dk, lcap, whist, BLOCK: tl.constex
     readers' validity, ``_lane_ok``). Bins as in ``_bracket_pass``; PBINS (with BINS): not
     in the read but after it, from the region's keys (the read loop then has no atomic at
     all; the keys that fit their lane are counted, so an overflowed region's bins are
-    short, which the caller's poison makes moot). Returns (window keys, largest lane
-    count): the region overflowed where the latter exceeds lcap."""
+    short, which the caller's poison makes moot). A read step takes LU blocks, (LU x BLOCK /
+    LN, LN); LPF: the next step's loads are issued before this step is stored (a step in
+    flight while one is at work), else each step loads and then waits. Run 41's profile: with
+    one block a step the read waits on its loads (long scoreboard), so wide rows take four.
+    Addresses are one pointer a thread and step plus immediates (the rows' offsets), which
+    keeps ptxas from re-deriving the thread's offsets every block. Returns (window keys,
+    largest lane count): the region overflowed where the latter exceeds lcap."""
     R: tl.constexpr = BLOCK // LN
-    ofs = tl.arange(0, R)[:, None] * LN + tl.arange(0, LN)[None, :]
+    STEP: tl.constexpr = LU * BLOCK  # keys a read step
+    lane = tl.arange(0, LN)[None, :]
+    rows = tl.arange(0, STEP // LN)[:, None] * LN  # a thread's keys of a step: constants after its lane
+    ofs = rows + lane
+    dl = dk + lane  # lane i's slot 0
     cnt = tl.zeros([LN], tl.int32)
-    x = tl.load(row + lo + ofs, mask=lo + ofs < hi, other=0.0)
-    for start in range(lo, hi, BLOCK):
-        o = start + ofs
-        s = _skey(x)
-        x = tl.load(row + o + BLOCK, mask=o + BLOCK < hi, other=0.0)
-        inw = (o < hi) & (s <= t_hi)
+    if LPF:
+        x = tl.load((row + lo + lane) + rows, mask=ofs < hi - lo, other=0.0)
+    for start in range(lo, hi, STEP):
+        # Addresses: one pointer a thread and step ((row + start) + lane), plus the rows'
+        # offsets, which are immediates; masks compare the offsets with one scalar.
+        rem = hi - start
+        if LPF:
+            s = _skey(x)
+            x = tl.load((row + (start + STEP) + lane) + rows, mask=ofs < rem - STEP, other=0.0)
+        else:
+            s = _skey(tl.load((row + start + lane) + rows, mask=ofs < rem, other=0.0))
+        inw = (ofs < rem) & (s <= t_hi)
         if BINS & (PBINS == 0):
-            _bin_add(whist, s, inw, s_base, sh, BLOCK)
+            _bin_add(whist, s, inw, s_base, sh, STEP)
         m = inw.to(tl.int32)
         n = cnt[None, :] + tl.cumsum(m, axis=0) - m
-        tl.store(_flat(dk + n * LN + tl.arange(0, LN)[None, :], BLOCK), _flat(_pk(s, o), BLOCK),
-                 mask=_flat(inw & (n < lcap), BLOCK))
+        tl.store(_flat(dl + n * LN, STEP), _flat(_pk(s, start + ofs), STEP),
+                 mask=_flat(inw & (n < lcap), STEP))
         cnt += tl.sum(m, axis=0)
     tl.store(dk + lcap * LN + tl.arange(0, LN), cnt.to(tl.int64))
     if BINS & PBINS:
         tl.debug_barrier()  # the region's keys, stored by any thread, are read by any other
         nr = tl.minimum(tl.max(cnt), lcap)
-        rows = tl.arange(0, R)[:, None]
+        br = tl.arange(0, R)[:, None]
+        bo = br * LN + lane
         lim = tl.minimum(cnt, lcap)[None, :]
-        v = rows < lim
-        w = tl.load(_flat(dk + ofs, BLOCK), mask=_flat(v, BLOCK), other=0, cache_modifier=".cg")
+        v = br < lim
+        w = tl.load(_flat(dk + bo, BLOCK), mask=_flat(v, BLOCK), other=0, cache_modifier=".cg")
         for j0 in range(0, nr, R):
-            vn = rows + j0 + R < lim
-            wn = tl.load(_flat(dk + j0 * LN + BLOCK + ofs, BLOCK), mask=_flat(vn, BLOCK), other=0, cache_modifier=".cg")
+            vn = br + j0 + R < lim
+            wn = tl.load(_flat(dk + j0 * LN + BLOCK + bo, BLOCK), mask=_flat(vn, BLOCK), other=0, cache_modifier=".cg")
             _bin_add(whist, w.to(tl.int32), _flat(v, BLOCK), s_base, sh, BLOCK)
             w = wn
             v = vn

@@ -431,7 +431,7 @@ def radix_kernel(logits, stride_r, lens, starts, ends, out, ws, stats,
                  SAMP: tl.constexpr, NBW: tl.constexpr, CATOM: tl.constexpr = True, PIPE: tl.constexpr = False,
                  PF: tl.constexpr = 1, BINS: tl.constexpr = True, WAGG: tl.constexpr = False,
                  PACK: tl.constexpr = False, LANES: tl.constexpr = 0, PBINS: tl.constexpr = False,
-                 TIMING: tl.constexpr = False):
+                 LU: tl.constexpr = 1, LPF: tl.constexpr = True, TIMING: tl.constexpr = False):
     """Grid (G0, n_slices). n_slices > 1: G0 = R, program (r, s) owns slice s of row r and
     slot r. n_slices = 1: program g loops over rows g, g + G0, ... with slot g.
     want_stats: ``stats[r] = (path, window keys)``, path 0 no bracket, 1 bracket, 2 bracket
@@ -497,7 +497,7 @@ def radix_kernel(logits, stride_r, lens, starts, ends, out, ws, stats,
                     if LANES:
                         lc = capp // LANES - 1  # rows of the lane regions (row lc: the lanes' counts)
                         cnt, mx = _lane_pass(row, lo, hi, t_hi, s_base, sh, cand_k.to(tl.pointer_type(tl.int64)) + q0,
-                                             lc, whist, BLOCK, LANES, BINS, PBINS)
+                                             lc, whist, BLOCK, LANES, BINS, PBINS, LU, LPF)
                         q1 = q0 + tl.minimum(mx, lc) * LANES
                         cnt = tl.where(mx > lc, capp + 1, cnt)  # a full lane: the region overflowed
                         und = tl.full([], -1, tl.int32)

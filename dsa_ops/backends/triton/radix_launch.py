@@ -51,10 +51,14 @@ ROW_MAXNREG, ROW_PER_SM = 64, 8
 # reads the lanes' holes too, so a multiprocessor full of programs gains only on wide rows.
 # Rows of one program each (rows <= row-mode slots, e.g. 512 decode rows at 128K: 337 -> 230 us)
 # always take them; more rows (a prefill chunk), from LANES_WIDE columns, with LANE_ROW_SHAPE
-# (registers, programs a multiprocessor) and the bins counted after the read (C = 128K: 5.70 ->
-# 5.35 ms; C = 16K-64K lose 8-19 %, so they keep the warp-aggregated slots at 64 x 8)
+# (registers, programs a multiprocessor), LANE_ROW_STEP blocks a read step and the bins counted
+# after the read. Run 41's profile: the lane read waits on its loads (long scoreboard, 62-76 % of
+# its stall samples) with one 4 KB block in flight a program, so wide rows read four blocks a step
+# at 128 registers (runs 41-42, C = 128K: 5.42 -> 4.88 ms, the read phase 181 -> 83 us a row;
+# C = 32K loses, 1.83 -> 2.13, and 64K ties, so shorter chunks keep the warp-aggregated slots)
 LANES_WIDE = 98304
-LANE_ROW_SHAPE = (80, 6)
+LANE_ROW_SHAPE = (128, 4)
+LANE_ROW_STEP = 4
 SAMP = 256  # bracket: strided samples of the row that place the window of the k-th key (split mode)
 SAMP_ROW = 512  # row mode (prefill): a narrower window pays for the longer sort (run 24: 7.09 -> 6.68 ms at C = 128K)
 PF_ROW = 1  # row mode: blocks of loads in flight in the bracket's read (2 measured slower: run 25, 6.7 -> 8.1 ms)
@@ -185,7 +189,8 @@ def launch_plan(rows: int, width: int, device: torch.device, slices: int | None 
     stores and a block of whole lane rows), with room for them in the candidate buffer
     (:func:`lane_bound`); None picks them by the measured rule (see LANES_WIDE): row mode
     where every program has one row, or wide rows; the wide-row case also takes
-    LANE_ROW_SHAPE (with the default shape) and counts the bins after the read (``postbins``)."""
+    LANE_ROW_SHAPE and LANE_ROW_STEP (``lane_step``, with the default shape) and counts the
+    bins after the read (``postbins``)."""
     t = tuning(rows)
     explicit = (maxnreg, per_sm)
     block = t["block"] if block is None else block
@@ -212,12 +217,14 @@ def launch_plan(rows: int, width: int, device: torch.device, slices: int | None 
     elif lanes and not can:
         raise ValueError(f"lanes=True needs packed stores (pack=True, catom=True, finisher=False) and block a "
                          f"multiple of 32 x num_warps (block={block}, num_warps={num_warps})")
+    step = 1
     if lanes:
         if wide and row_default:
             maxnreg, per_sm = LANE_ROW_SHAPE
+            step = LANE_ROW_STEP
         p = plan(rows, width, device, 1 if p.slices == 1 else slices, block, num_warps, per_sm, k, maxnreg, True)
     return p, {"block": block, "num_warps": num_warps, "min_slice": min_slice, "maxnreg": maxnreg,
-               "lanes": bool(lanes), "postbins": wide}
+               "lanes": bool(lanes), "postbins": wide, "lane_step": step}
 
 
 def bracket_min_len(p: RadixPlan, rows: int, samp: int = SAMP) -> int:
@@ -271,7 +278,8 @@ def launch(logits: Tensor, lens: Tensor, starts: Tensor, ends: Tensor, k: int, n
            nbw: int | None = None, samp: int | None = None, catom: bool = True, finisher: bool = False,
            pipe: bool = False, solo_emit: bool = True, prefetch: int | None = None,
            maxnreg: int | None = None, bins: bool = True, wagg: bool | None = None, pack: bool = True,
-           wagg_max: int | None = None, lanes: bool | None = None, postbins: bool | None = None) -> None:
+           wagg_max: int | None = None, lanes: bool | None = None, postbins: bool | None = None,
+           lane_step: int | None = None, lane_prefetch: bool = True) -> None:
     """Fill ``out`` (R, k) int32 with the cooperative radix kernel (keywords: tuning).
 
     ``bracket``: non-stable rows of at least 4 x samp columns start with the sampled window
@@ -304,7 +312,10 @@ def launch(logits: Tensor, lens: Tensor, starts: Tensor, ends: Tensor, k: int, n
     catom, no finisher). None: :func:`launch_plan`'s measured rule. A lane that overflows
     sends its row to the exact fallback. ``postbins`` (with lanes and bins): the window bins
     are counted after the read, from the region's keys, instead of in it; None: with the
-    rule's wide rows.
+    rule's wide rows. ``lane_step`` (1, 2, 4 or 8; None: the rule's, LANE_ROW_STEP for wide
+    rows, else 1): blocks the lane read takes a step, so more keys in flight a program (each
+    thread holds a step's keys in registers); ``lane_prefetch``: the next step's loads are
+    issued before this step's keys are stored (twice the registers).
     ``stats``: an int32 (R, 2) tensor that receives each bracketed row's path and window
     size (tests and probes; rows without the bracket keep their values).
     """
@@ -349,6 +360,12 @@ def launch(logits: Tensor, lens: Tensor, starts: Tensor, ends: Tensor, k: int, n
         postbins = sh["postbins"] and bool(bins)
     elif postbins and not (lanes and bins):
         raise ValueError(f"postbins=True needs lane regions and bins (lanes={lanes}, bins={bins})")
+    lane_step = sh["lane_step"] if lane_step is None else lane_step
+    if lane_step not in (1, 2, 4, 8):
+        raise ValueError(f"lane_step must be 1, 2, 4 or 8 (blocks a step of the lane read), got {lane_step!r}")
+    if not lanes and (lane_step != 1 or not lane_prefetch):
+        raise ValueError(f"lane_step and lane_prefetch shape the lane read, which this launch does not take "
+                         f"(lanes={lanes}; got lane_step={lane_step}, lane_prefetch={lane_prefetch})")
     if lanes and (p.cand_cap // 2) // p.slices // ln < 2:
         raise ValueError(f"lanes=True needs at least two rows of {ln} slots a program's region "
                          f"({p.cand_cap // 2} slots over {p.slices} slices)")
@@ -373,7 +390,7 @@ def launch(logits: Tensor, lens: Tensor, starts: Tensor, ends: Tensor, k: int, n
         BLOCK=block, RT=rt, CT=ct, PMAX=PMAX, HMASK=_hist_mask() if hist_mask is None else hist_mask,
         DBITS=dbits, NB=1 << dbits, RB=rb, SAMP=samp, NBW=min(NBW, 256 * num_warps) if nbw is None else nbw,
         CATOM=catom, PIPE=pipe, PF=prefetch, BINS=bool(bins), WAGG=bool(wagg),
-        PACK=packed, LANES=ln if lanes else 0, PBINS=bool(postbins),
+        PACK=packed, LANES=ln if lanes else 0, PBINS=bool(postbins), LU=lane_step, LPF=bool(lane_prefetch),
         TIMING=timing, num_warps=num_warps,
         **({"maxnreg": maxnreg} if cuda else {}),
     )
