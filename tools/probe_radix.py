@@ -2,7 +2,7 @@
 variants (graph replay, L2 flushed, median of 30). Writes JSON to argv[1].
 
 Sections (argv[2], comma list): smoke, check, paths, phases, decode, sweep, prefill, prefill_var,
-stable, occupancy, rowknobs, readabl, wagg, waggrow, rowphase, warps2, lanes, lanesrule, addr, lanestep, lanestep2, lanestep3. ``paths``
+stable, occupancy, rowknobs, readabl, wagg, waggrow, rowphase, warps2, lanes, lanesrule, addr, lanestep, lanestep2, lanestep3, warm. ``paths``
 records which way the bracket went per row (kernel stats) on several data distributions.
 """
 
@@ -438,6 +438,28 @@ if "lanestep3" in SECTIONS:  # the shipped wide-row lane read (128 x 4, four blo
             ("lanes 128x4 step 4, samp 1024", dict(lanes=True, postbins=True, maxnreg=128, per_sm=4, lane_step=4,
                                                     samp=1024))],
             phases_at=(131072,), phased=2, paths=(1,))}
+    save()
+if "warm" in SECTIONS:  # decode with the L2 flushed before each replay (the bench) and without: what cold code and data cost
+    import triton
+
+    @triton.jit
+    def _empty(x):
+        pass
+
+    buf = torch.zeros(1, device="cuda")
+    wr = {"empty triton kernel": [round(time_graph(lambda: _empty[(1,)](buf), flush=f).median, 1) for f in (True, False)]}
+    for width, rows, L in ((133120, 1, 1000), (133120, 1, 4096), (133120, 1, 32768), (133120, 1, 131072),
+                           (133120, 16, 131072), (133120, 64, 4096), (133120, 64, 131072), (1048576, 8, 131072)):
+        x = torch.randn(rows, width, device="cuda")
+        lt = lens_for(rows, L, gen)
+        out = torch.empty(rows, K, dtype=torch.int32, device="cuda")
+        run_radix(x, lt, out)
+        assert_decode_equivalent(out, x, lt, K)
+        wr[f"{rows} x {width}, L {L}"] = [round(time_graph(lambda: run_radix(x, lt, out), flush=f).median, 1)
+                                          for f in (True, False, True, False)]
+        log(list(wr.items())[-1])
+    res["warm"] = {"note": "us, graph replay, median of 30: [flushed, warm, flushed, warm]", **wr}
+    log(res["warm"])
     save()
 if "warps2" in SECTIONS:  # row mode: two-warp programs of 512-key blocks, twice as many a multiprocessor
     res["warps2"] = {"prefill_ms": prefill_knobs(
