@@ -650,6 +650,31 @@ def test_gpu_prefill_causal_chunk(stable):
 
 @pytest.mark.gpu
 @needs_gpu
+def test_gpu_prefill_wide_chunk_lane_steps():
+    """A chunk wider than LANES_WIDE with more rows than row-mode programs: the rule's lane
+    read of four blocks a step (checked against launch_plan), with window starts off the
+    step grid, ends mid-step, a row shorter than k, an empty row and tied rows."""
+    from dsa_ops.backends.triton import radix_launch as rl
+
+    rows, width, k = 1200, 100_000, 2048
+    x = logits(torch.Generator().manual_seed(9), rows, width, "randn").cuda()
+    x[7] = 0.25
+    x[8, ::3] = 1.0
+    g = torch.Generator().manual_seed(10)
+    s = torch.randint(0, 3000, (rows,), generator=g, dtype=torch.int32)
+    e = torch.clamp(s + torch.randint(90_000, width + 1, (rows,), generator=g, dtype=torch.int32), max=width)
+    s[5], e[5] = 100, 100 + k - 1
+    s[6], e[6] = 40, 40
+    s, e = s.cuda(), e.cuda()
+    p, sh = rl.launch_plan(rows, width, x.device, lanes=None)
+    assert rows > p.grid0 and (sh["lanes"], sh["lane_step"]) == (True, rl.LANE_ROW_STEP), (p, sh)
+    got = dsa_ops.topk_prefill(x, s, e, k, backend="triton")
+    idx = torch.unique(torch.cat([_rows(rows, 16), torch.tensor([5, 6, 7, 8])])).cuda()
+    assert_prefill_equivalent(got[idx], x[idx], s[idx], e[idx], k)
+
+
+@pytest.mark.gpu
+@needs_gpu
 @pytest.mark.parametrize("kind", ["randn", "ties", "specials"])
 def test_gpu_prefill_few_rows_split(kind):
     """A few long prefill windows (offset starts, one shorter than k, one empty): the radix
