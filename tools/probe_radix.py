@@ -2,7 +2,7 @@
 variants (graph replay, L2 flushed, median of 30). Writes JSON to argv[1].
 
 Sections (argv[2], comma list): smoke, check, paths, phases, decode, sweep, prefill, prefill_var,
-stable, occupancy, rowknobs, readabl, wagg, waggrow, rowphase, warps2, lanes, lanesrule, addr, lanestep, lanestep2, lanestep3, warm. ``paths``
+stable, occupancy, rowknobs, readabl, wagg, waggrow, rowphase, warps2, lanes, lanesrule, addr, lanestep, lanestep2, lanestep3, warm, emit2. ``paths``
 records which way the bracket went per row (kernel stats) on several data distributions.
 """
 
@@ -460,6 +460,14 @@ if "warm" in SECTIONS:  # decode with the L2 flushed before each replay (the ben
         log(list(wr.items())[-1])
     res["warm"] = {"note": "us, graph replay, median of 30: [flushed, warm, flushed, warm]", **wr}
     log(res["warm"])
+    save()
+if "emit2" in SECTIONS:  # lane regions emitted in two reads (lane counts in registers, one scan) against the tile emit
+    res["emit2"] = {
+        "prefill_ms": prefill_knobs((65536, 131072), [("default", {}), ("emit2", dict(lanes=True, postbins=True, maxnreg=128,
+                                                                                          per_sm=4, lane_step=4, emit2=True))],
+                                    phases_at=(131072,), phased=2, paths=(1,)),
+        "decode_us": decode_knobs(((133120, 512, 131072), (1048576, 300, 131072)),
+                                  (("default", {}), ("emit2", dict(emit2=True))))}
     save()
 if "warps2" in SECTIONS:  # row mode: two-warp programs of 512-key blocks, twice as many a multiprocessor
     res["warps2"] = {"prefill_ms": prefill_knobs(
