@@ -151,14 +151,31 @@ def _choose(hh, need):
 
 
 @triton.jit
+def _sides(s, v, pmask, pval):
+    """Keys ``s`` where ``v`` against the chosen prefix ``pval`` (bits ``pmask``): the
+    winners (prefix below it) and the bin's keys (prefix equal to it)."""
+    mu = ((s ^ INT_MIN) & pmask) ^ INT_MIN  # prefix compared in signed order
+    pv = pval ^ INT_MIN
+    return v & (mu < pv), v & (mu == pv)
+
+
+@triton.jit
+def _put_bin(s, col, cand, pc, out_row, k, need, take_all, dk, di, cap):
+    """The bin's keys ``cand`` at slots ``pc``: their columns to out's [k - need, k) while
+    they last (take_all), else keys and columns to (dk, di) below ``cap``."""
+    if take_all != 0:
+        tl.store(out_row + (k - need) + pc, col, mask=cand & (pc < need))
+    else:
+        tl.store(dk + pc, s, mask=cand & (pc < cap))
+        tl.store(di + pc, col, mask=cand & (pc < cap))
+
+
+@triton.jit
 def _split_block(s, col, v, pmask, pval, out_row, bctr, ctl, k, need, take_all, dk, di, cap):
     """One block of a split: keys with prefix below pval (winners) -> out at atomic slots
     of ctl[1]; keys in the bin -> out at slots [k - need, k) of ``bctr`` while they last
     (take_all) or the buffer (dk, di) at slots below ``cap``. Returns the block's bin mask."""
-    mu = ((s ^ INT_MIN) & pmask) ^ INT_MIN  # prefix compared in signed order
-    pv = pval ^ INT_MIN
-    win = v & (mu < pv)
-    cand = v & (mu == pv)
+    win, cand = _sides(s, v, pmask, pval)
     nwc = tl.sum(win.to(tl.int32) + (cand.to(tl.int32) << 16))  # both counts in one reduction
     nw = nwc & 0xFFFF
     nc = nwc >> 16
@@ -168,11 +185,7 @@ def _split_block(s, col, v, pmask, pval, out_row, bctr, ctl, k, need, take_all, 
     if nc > 0:
         bc = tl.atomic_add(bctr, nc, sem="relaxed")
         pc = bc + tl.cumsum(cand.to(tl.int32), axis=0) - 1
-        if take_all != 0:
-            tl.store(out_row + (k - need) + pc, col, mask=cand & (pc < need))
-        else:
-            tl.store(dk + pc, s, mask=cand & (pc < cap))
-            tl.store(di + pc, col, mask=cand & (pc < cap))
+        _put_bin(s, col, cand, pc, out_row, k, need, take_all, dk, di, cap)
     return cand
 
 
@@ -182,18 +195,10 @@ def _split_at(s, col, v, pmask, pval, out_row, bw, bc, k, need, take_all, dk, di
     winners -> out from slot ``bw``, the bin's keys from slot ``bc`` (of [k - need, k) while
     they last when take_all, else of (dk, di) below ``cap``). One scan counts both (chunks
     under 65536 keys). Returns the chunk's (winners, bin keys)."""
-    mu = ((s ^ INT_MIN) & pmask) ^ INT_MIN  # prefix compared in signed order
-    pv = pval ^ INT_MIN
-    win = v & (mu < pv)
-    cand = v & (mu == pv)
+    win, cand = _sides(s, v, pmask, pval)
     both = tl.cumsum(win.to(tl.int32) + (cand.to(tl.int32) << 16), axis=0)
     tl.store(out_row + bw + (both & 0xFFFF) - 1, col, mask=win)
-    pc = bc + (both >> 16) - 1
-    if take_all != 0:
-        tl.store(out_row + (k - need) + pc, col, mask=cand & (pc < need))
-    else:
-        tl.store(dk + pc, s, mask=cand & (pc < cap))
-        tl.store(di + pc, col, mask=cand & (pc < cap))
+    _put_bin(s, col, cand, bc + (both >> 16) - 1, out_row, k, need, take_all, dk, di, cap)
     tot = tl.max(both)  # (both counts only grow)
     return tot & 0xFFFF, tot >> 16
 
@@ -311,16 +316,15 @@ def _lane_emit2(gk, lbase, lcap, pmask, pval, out_row, bw, bc, k, need, take_all
     gl = gk.to(tl.pointer_type(tl.int64)) + lbase + tl.arange(0, LN)[None, :]  # lane i's slot 0
     cnt = tl.minimum(tl.load(gl + lcap * LN, cache_modifier=".cg").to(tl.int32), lcap)  # (1, LN)
     top = tl.max(tl.max(cnt, axis=1), axis=0)
-    pv = pval ^ INT_MIN
     nwin = tl.zeros([LN], tl.int32)
     ncan = tl.zeros([LN], tl.int32)
     w = tl.load(gl + rows * LN, mask=rows < cnt, other=0, cache_modifier=".cg")
     for j0 in range(0, top, R):
         v = rows + j0 < cnt
         wn = tl.load(gl + (rows + (j0 + R)) * LN, mask=rows + (j0 + R) < cnt, other=0, cache_modifier=".cg")
-        mu = ((w.to(tl.int32) ^ INT_MIN) & pmask) ^ INT_MIN  # prefix compared in signed order
-        nwin += tl.sum((v & (mu < pv)).to(tl.int32), axis=0)
-        ncan += tl.sum((v & (mu == pv)).to(tl.int32), axis=0)
+        win, cand = _sides(w.to(tl.int32), v, pmask, pval)
+        nwin += tl.sum(win.to(tl.int32), axis=0)
+        ncan += tl.sum(cand.to(tl.int32), axis=0)
         w = wn
     ew = (bw + tl.cumsum(nwin, axis=0) - nwin)[None, :]  # each lane's first slots
     ec = (bc + tl.cumsum(ncan, axis=0) - ncan)[None, :]
@@ -330,19 +334,14 @@ def _lane_emit2(gk, lbase, lcap, pmask, pval, out_row, bw, bc, k, need, take_all
         wn = tl.load(gl + (rows + (j0 + R)) * LN, mask=rows + (j0 + R) < cnt, other=0, cache_modifier=".cg")
         s = w.to(tl.int32)
         col = (w >> 32).to(tl.int32)
-        mu = ((s ^ INT_MIN) & pmask) ^ INT_MIN
-        win = v & (mu < pv)
-        cand = v & (mu == pv)
+        win, cand = _sides(s, v, pmask, pval)
         wi = win.to(tl.int32)
         ci = cand.to(tl.int32)
         pw = ew + tl.cumsum(wi, axis=0) - wi
         pc = ec + tl.cumsum(ci, axis=0) - ci
         tl.store(_flat(out_row + pw, BLOCK), _flat(col, BLOCK), mask=_flat(win, BLOCK))
-        if take_all != 0:
-            tl.store(_flat(out_row + (k - need) + pc, BLOCK), _flat(col, BLOCK), mask=_flat(cand & (pc < need), BLOCK))
-        else:
-            tl.store(_flat(dk + pc, BLOCK), _flat(s, BLOCK), mask=_flat(cand & (pc < cap), BLOCK))
-            tl.store(_flat(di + pc, BLOCK), _flat(col, BLOCK), mask=_flat(cand & (pc < cap), BLOCK))
+        _put_bin(_flat(s, BLOCK), _flat(col, BLOCK), _flat(cand, BLOCK), _flat(pc, BLOCK), out_row, k, need, take_all,
+                 dk, di, cap)
         ew += tl.sum(wi, axis=0)[None, :]
         ec += tl.sum(ci, axis=0)[None, :]
         w = wn
