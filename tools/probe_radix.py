@@ -401,42 +401,41 @@ if "addr" in SECTIONS:  # the build under test as it ships (run twice: this tree
         "decode_us": decode_knobs(((133120, 512, 131072), (1048576, 300, 131072), (133120, 1, 131072),
                                    (133120, 64, 131072)), (("default", {}),))}
     save()
+
+
+def lane_variant(regs, per_sm, step, prefetch=True, **more):
+    """(name, launch keywords) of a lane-read launch with the bins after the read, at
+    ``regs`` registers x ``per_sm`` programs a multiprocessor and ``step`` blocks a step."""
+    kw = dict(lanes=True, postbins=True, maxnreg=regs, per_sm=per_sm, lane_step=step, **more)
+    if not prefetch:
+        kw["lane_prefetch"] = False
+    return f"{regs}x{per_sm} step {step}" + ("" if prefetch else ", no prefetch"), kw
+
+
 if "lanestep" in SECTIONS:  # lane read: keys in flight a program (blocks a step, prefetch), with the register shapes
-    LV = dict(lanes=True, postbins=True)
     res["lanestep"] = {
         "prefill_ms": prefill_knobs((32768, 65536, 131072), [
-            ("default (rule)", {}),
-            ("80x6 step 2", dict(LV, maxnreg=80, per_sm=6, lane_step=2)),
-            ("80x6 step 2, no prefetch", dict(LV, maxnreg=80, per_sm=6, lane_step=2, lane_prefetch=False)),
-            ("80x6 step 4, no prefetch", dict(LV, maxnreg=80, per_sm=6, lane_step=4, lane_prefetch=False)),
-            ("64x8 step 2", dict(LV, maxnreg=64, per_sm=8, lane_step=2)),
-            ("128x4 step 2", dict(LV, maxnreg=128, per_sm=4, lane_step=2)),
-            ("128x4 step 4", dict(LV, maxnreg=128, per_sm=4, lane_step=4))],
+            ("default (rule)", {}), lane_variant(80, 6, 2), lane_variant(80, 6, 2, False), lane_variant(80, 6, 4, False),
+            lane_variant(64, 8, 2), lane_variant(128, 4, 2), lane_variant(128, 4, 4)],
             phases_at=(131072,), phased=2, paths=(1,)),
         "decode_us": decode_knobs(((133120, 512, 131072), (1048576, 300, 131072)),
                                   (("default", {}), ("step 2", dict(lane_step=2)),
                                    ("step 2, no prefetch", dict(lane_step=2, lane_prefetch=False))))}
     save()
 if "lanestep2" in SECTIONS:  # lane read: more keys a step at 128, 96 and 80 registers
-    LV = dict(lanes=True, postbins=True)
     res["lanestep2"] = {
         "prefill_ms": prefill_knobs((32768, 65536, 131072), [
-            ("default (rule)", {}),
-            ("128x4 step 4", dict(LV, maxnreg=128, per_sm=4, lane_step=4)),
-            ("128x4 step 4, no prefetch", dict(LV, maxnreg=128, per_sm=4, lane_step=4, lane_prefetch=False)),
-            ("128x4 step 8, no prefetch", dict(LV, maxnreg=128, per_sm=4, lane_step=8, lane_prefetch=False)),
-            ("96x5 step 4", dict(LV, maxnreg=96, per_sm=5, lane_step=4)),
-            ("96x5 step 4, no prefetch", dict(LV, maxnreg=96, per_sm=5, lane_step=4, lane_prefetch=False)),
-            ("80x6 step 4, no prefetch", dict(LV, maxnreg=80, per_sm=6, lane_step=4, lane_prefetch=False))],
+            ("default (rule)", {}), lane_variant(128, 4, 4), lane_variant(128, 4, 4, False),
+            lane_variant(128, 4, 8, False), lane_variant(96, 5, 4), lane_variant(96, 5, 4, False),
+            lane_variant(80, 6, 4, False)],
             phases_at=(131072,), phased=2, paths=(1,))}
     save()
 if "lanestep3" in SECTIONS:  # the shipped wide-row lane read (128 x 4, four blocks a step) with a larger sample; 64K
     res["lanestep3"] = {
         "prefill_ms": prefill_knobs((65536, 131072), [
             ("default (rule)", {}), ("samp 1024", dict(samp=1024)),
-            ("lanes 128x4 step 4", dict(lanes=True, postbins=True, maxnreg=128, per_sm=4, lane_step=4)),
-            ("lanes 128x4 step 4, samp 1024", dict(lanes=True, postbins=True, maxnreg=128, per_sm=4, lane_step=4,
-                                                    samp=1024))],
+            ("lanes 128x4 step 4", lane_variant(128, 4, 4)[1]),
+            ("lanes 128x4 step 4, samp 1024", lane_variant(128, 4, 4, samp=1024)[1])],
             phases_at=(131072,), phased=2, paths=(1,))}
     save()
 if "warm" in SECTIONS:  # decode with the L2 flushed before each replay (the bench) and without: what cold code and data cost
@@ -463,8 +462,7 @@ if "warm" in SECTIONS:  # decode with the L2 flushed before each replay (the ben
     save()
 if "emit2" in SECTIONS:  # lane regions emitted in two reads (lane counts in registers, one scan) against the tile emit
     res["emit2"] = {
-        "prefill_ms": prefill_knobs((65536, 131072), [("default", {}), ("emit2", dict(lanes=True, postbins=True, maxnreg=128,
-                                                                                          per_sm=4, lane_step=4, emit2=True))],
+        "prefill_ms": prefill_knobs((65536, 131072), [("default", {}), ("emit2", lane_variant(128, 4, 4, emit2=True)[1])],
                                     phases_at=(131072,), phased=2, paths=(1,)),
         "decode_us": decode_knobs(((133120, 512, 131072), (1048576, 300, 131072)),
                                   (("default", {}), ("emit2", dict(emit2=True))))}
