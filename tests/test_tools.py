@@ -1,4 +1,5 @@
-"""Developer tools that run without a GPU: the offline sm_90 compile of the radix kernel."""
+"""Developer tools that run without a GPU: the offline sm_90 compile of the radix kernel, the
+read probe's kernels under the interpreter."""
 
 from __future__ import annotations
 
@@ -57,3 +58,17 @@ def test_ncu_stalls_groups_samples_by_loop(capsys, tmp_path):
     assert "100 samples over 4 instructions" in out
     assert "loop 0x110-0x130: 3 instructions, 0.0M executed, 90.0 % of samples (long_sb 67 %, wait 33 %)" in out
     assert "0x120      60 long_sb" in out and "0x100" not in out.split("overall:")[1]
+
+
+def test_read_probe_selfcheck():
+    """The read probe's kernels (shipped lane loads, vector loads, cp.async, TMA) count the
+    same keys as torch on ragged windows, under the interpreter on the CPU."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    res = subprocess.run([sys.executable, str(root / "tools" / "read_probe.py"), "--selfcheck"], cwd=root, env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, (res.stdout + res.stderr)[-3000:]
+    assert [line.split(":")[0] for line in res.stdout.split()[::2]] == ["lanes", "flat", "async", "tma"], res.stdout

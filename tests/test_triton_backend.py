@@ -247,8 +247,7 @@ def test_radix_lane_regions_overflow(gen):
     fallback (path 3, the region poisoned); the other rows keep the bracket, and padded rows
     (live length past the last full block, and a window that starts mid-block) stay exact;
     the same with the window bins counted after the read (``postbins``), and with read steps
-    of several blocks (``lane_step``, with and without the next step in flight), and with the
-    regions emitted in two reads (``emit2``)."""
+    of several blocks (``lane_step``, with and without the next step in flight)."""
     from dsa_ops.backends.triton import radix_launch
 
     width, k, lanes = 16384, 2048, 128
@@ -262,13 +261,11 @@ def test_radix_lane_regions_overflow(gen):
     s = torch.tensor([0, 0, 0, 77], dtype=torch.int32)
     e = torch.tensor([width, width, width - 333, width - 5], dtype=torch.int32)
     # window bins counted in the read, or after it from the regions; blocks a read step, prefetch
-    # (and the two-read emit of the regions, emit2)
-    for postbins, step, prefetch, emit2 in ((False, 1, True, False), (True, 1, True, True), (True, 4, True, False),
-                                            (True, 2, False, True)):
+    for postbins, step, prefetch in ((False, 1, True), (True, 1, True), (True, 4, True), (True, 2, False)):
         stats = torch.full((4, 2), -1, dtype=torch.int32)
         out = poisoned_out(4, k)
         radix_launch.launch(x, s, s, e, k, 1, True, False, out, stats=stats, block=1024, num_warps=4, lanes=True,
-                            postbins=postbins, lane_step=step, lane_prefetch=prefetch, emit2=emit2)
+                            postbins=postbins, lane_step=step, lane_prefetch=prefetch)
         assert_prefill_equivalent(out, x, s, e, k)
         assert stats[:2].tolist() == [[3, 1 << 24]] * 2 and stats[2:, 0].tolist() == [1, 1], stats
 
@@ -339,7 +336,7 @@ def test_radix_launch_refuses_bad_knobs():
                     (dict(lanes=True, pack=False), "lanes"), (dict(lanes=True, block=64), "lanes"),
                     (dict(lanes=False, postbins=True), "postbins"), (dict(bins=False, postbins=True), "postbins"),
                     (dict(lanes=True, lane_step=3), "lane_step"), (dict(lanes=False, lane_step=2), "lane_step"),
-                    (dict(lanes=False, lane_prefetch=False), "lane_prefetch"), (dict(lanes=False, emit2=True), "emit2")):
+                    (dict(lanes=False, lane_prefetch=False), "lane_prefetch")):
         # (wagg=True: inline PTX, never on the CPU / interpreter)
         with pytest.raises(ValueError, match=msg):
             radix_launch.launch(x, lt, lt, lt, 64, 1, False, False, out, **kw)
@@ -397,8 +394,7 @@ def test_radix_properties(draws):
         packed=knobs["pack"] and knobs["catom"])[1]["lanes"]
     knobs["postbins"] = draws.draw(st.booleans()) and knobs["bins"] and lanes_on
     if lanes_on:  # the lane read's step and prefetch (the rule takes 4 blocks a step only on CUDA)
-        knobs.update(lane_step=draws.draw(st.sampled_from([None, 1, 2, 4])), lane_prefetch=draws.draw(st.booleans()),
-                     emit2=draws.draw(st.booleans()))
+        knobs.update(lane_step=draws.draw(st.sampled_from([None, 1, 2, 4])), lane_prefetch=draws.draw(st.booleans()))
     flat = lengths.reshape(-1)
     nn = 1 if flat.numel() == x.shape[0] else next_n
     for stable in (False, True):

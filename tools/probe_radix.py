@@ -2,7 +2,7 @@
 variants (graph replay, L2 flushed, median of 30). Writes JSON to argv[1].
 
 Sections (argv[2], comma list): smoke, check, paths, phases, decode, sweep, prefill, prefill_var,
-stable, occupancy, rowknobs, readabl, wagg, waggrow, rowphase, warps2, lanes, lanesrule, addr, lanestep, lanestep2, lanestep3, warm, emit2. ``paths``
+stable, occupancy, rowknobs, readabl, wagg, waggrow, rowphase, warps2, lanes, lanesrule, addr, lanestep, lanestep2, lanestep3, warm. ``paths``
 records which way the bracket went per row (kernel stats) on several data distributions.
 """
 
@@ -55,10 +55,15 @@ def causal_chunk(R, C):
 
 
 def time_prefill(fn, x, s, e, out):
-    """Check three rows of fn's output against the reference, then its eager median (ms)."""
-    fn()
-    idx = torch.tensor([0, 5000, x.shape[0] - 1], device="cuda")
-    assert_prefill_equivalent(out[idx], x[idx], s[idx], e[idx], K)
+    """Check three rows of fn's output against the reference, then its eager median (ms).
+    A variant that fails to build or to match gets the error's text instead, and the
+    section goes on (device time is scarce)."""
+    try:
+        fn()
+        idx = torch.tensor([0, 5000, x.shape[0] - 1], device="cuda")
+        assert_prefill_equivalent(out[idx], x[idx], s[idx], e[idx], K)
+    except Exception as err:  # noqa: BLE001 - recorded, and printed by the caller's log
+        return f"error: {type(err).__name__}: {str(err)[:300]}"
     return round(time_eager(fn, reps=3, warmup=1).median / 1000, 2)
 
 
@@ -303,7 +308,8 @@ def prefill_knobs(chunks, kinds, phases_at=(), phased=0, paths=(1, 2, 3)):
             rec[name] = time_prefill(lambda kw=kw: radix.launch(x, s, s, e, K, 1, True, False, out, **kw), x, s, e, out)
         if C in phases_at:
             for name, kw in kinds[:phased]:
-                rec[f"phases {name}"], rec[f"row ns median {name}"] = row_phases(x, s, e, out, kw, paths)
+                if not isinstance(rec[name], str):
+                    rec[f"phases {name}"], rec[f"row ns median {name}"] = row_phases(x, s, e, out, kw, paths)
         log(rec)
         recs.append(rec)
         del x
@@ -459,13 +465,6 @@ if "warm" in SECTIONS:  # decode with the L2 flushed before each replay (the ben
         log(list(wr.items())[-1])
     res["warm"] = {"note": "us, graph replay, median of 30: [flushed, warm, flushed, warm]", **wr}
     log(res["warm"])
-    save()
-if "emit2" in SECTIONS:  # lane regions emitted in two reads (lane counts in registers, one scan) against the tile emit
-    res["emit2"] = {
-        "prefill_ms": prefill_knobs((65536, 131072), [("default", {}), ("emit2", lane_variant(128, 4, 4, emit2=True)[1])],
-                                    phases_at=(131072,), phased=2, paths=(1,)),
-        "decode_us": decode_knobs(((133120, 512, 131072), (1048576, 300, 131072)),
-                                  (("default", {}), ("emit2", dict(emit2=True))))}
     save()
 if "warps2" in SECTIONS:  # row mode: two-warp programs of 512-key blocks, twice as many a multiprocessor
     res["warps2"] = {"prefill_ms": prefill_knobs(

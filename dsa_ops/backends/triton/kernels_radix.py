@@ -303,54 +303,8 @@ def _lane_emit(gk, lbase, lcap, pmask, pval, out_row, bw, bc, k, need, take_all,
 
 
 @triton.jit
-def _lane_emit2(gk, lbase, lcap, pmask, pval, out_row, bw, bc, k, need, take_all, dk, di, cap, BLOCK: tl.constexpr,
-                LN: tl.constexpr):
-    """``_lane_emit`` without a CTA-wide scan a tile: a first read of the regions counts each
-    lane's winners and bin keys in registers (a lane is one thread, its rows in-thread), one
-    scan over the lanes gives every lane its first slots, and a second read stores each key
-    at its lane's slot plus an in-thread scan down the lane's rows. Keys land in lane order,
-    not in the tiles' flat order; any order is a valid one where this runs (non-stable rows).
-    Returns the running slots after the region."""
-    R: tl.constexpr = BLOCK // LN
-    rows = tl.arange(0, R)[:, None]
-    gl = gk.to(tl.pointer_type(tl.int64)) + lbase + tl.arange(0, LN)[None, :]  # lane i's slot 0
-    cnt = tl.minimum(tl.load(gl + lcap * LN, cache_modifier=".cg").to(tl.int32), lcap)  # (1, LN)
-    top = tl.max(tl.max(cnt, axis=1), axis=0)
-    nwin = tl.zeros([LN], tl.int32)
-    ncan = tl.zeros([LN], tl.int32)
-    w = tl.load(gl + rows * LN, mask=rows < cnt, other=0, cache_modifier=".cg")
-    for j0 in range(0, top, R):
-        v = rows + j0 < cnt
-        wn = tl.load(gl + (rows + (j0 + R)) * LN, mask=rows + (j0 + R) < cnt, other=0, cache_modifier=".cg")
-        win, cand = _sides(w.to(tl.int32), v, pmask, pval)
-        nwin += tl.sum(win.to(tl.int32), axis=0)
-        ncan += tl.sum(cand.to(tl.int32), axis=0)
-        w = wn
-    ew = (bw + tl.cumsum(nwin, axis=0) - nwin)[None, :]  # each lane's first slots
-    ec = (bc + tl.cumsum(ncan, axis=0) - ncan)[None, :]
-    w = tl.load(gl + rows * LN, mask=rows < cnt, other=0, cache_modifier=".cg")
-    for j0 in range(0, top, R):
-        v = rows + j0 < cnt
-        wn = tl.load(gl + (rows + (j0 + R)) * LN, mask=rows + (j0 + R) < cnt, other=0, cache_modifier=".cg")
-        s = w.to(tl.int32)
-        col = (w >> 32).to(tl.int32)
-        win, cand = _sides(s, v, pmask, pval)
-        wi = win.to(tl.int32)
-        ci = cand.to(tl.int32)
-        pw = ew + tl.cumsum(wi, axis=0) - wi
-        pc = ec + tl.cumsum(ci, axis=0) - ci
-        tl.store(_flat(out_row + pw, BLOCK), _flat(col, BLOCK), mask=_flat(win, BLOCK))
-        _put_bin(_flat(s, BLOCK), _flat(col, BLOCK), _flat(cand, BLOCK), _flat(pc, BLOCK), out_row, k, need, take_all,
-                 dk, di, cap)
-        ew += tl.sum(wi, axis=0)[None, :]
-        ec += tl.sum(ci, axis=0)[None, :]
-        w = wn
-    return bw + tl.sum(nwin, axis=0), bc + tl.sum(ncan, axis=0)
-
-
-@triton.jit
 def _buf_emit(cand_k, cand_i, q0, q1, pmask, pval, out_row, ctl, k, need, take_all, c2k, c2i, cap, solo, packed,
-              lcap, RB: tl.constexpr, LN: tl.constexpr, BLOCK: tl.constexpr, LE2: tl.constexpr):
+              lcap, RB: tl.constexpr, LN: tl.constexpr, BLOCK: tl.constexpr):
     """``_split_block`` over the gathered keys [q0, q1): the bin's keys get the slots of
     ctl[4] and go to the second buffer (c2k, c2i) unless taken whole. ``solo`` (the row's
     only program): running slot counts in registers (read from ctl[1] / ctl[4] once, written
@@ -365,12 +319,8 @@ def _buf_emit(cand_k, cand_i, q0, q1, pmask, pval, out_row, ctl, k, need, take_a
         if LN > 0:  # (a build with lane regions)
             lanes = (lcap > 0).to(tl.int32)
             if lanes != 0:
-                if LE2:
-                    bw, bc = _lane_emit2(cand_k, q0, lcap, pmask, pval, out_row, bw, bc, k, need, take_all, c2k, c2i,
-                                         cap, BLOCK, LN)
-                else:
-                    bw, bc = _lane_emit(cand_k, q0, lcap, pmask, pval, out_row, bw, bc, k, need, take_all, c2k, c2i,
-                                        cap, BLOCK, LN)
+                bw, bc = _lane_emit(cand_k, q0, lcap, pmask, pval, out_row, bw, bc, k, need, take_all, c2k, c2i,
+                                    cap, BLOCK, LN)
         if lanes == 0:
             bw, bc = _split_run(cand_k, cand_i, q0 + r, q0 + r, q1, q1 - q0, pmask, pval, out_row, bw, bc, k, need,
                                 take_all, c2k, c2i, cap, packed, RB)
@@ -486,8 +436,7 @@ def radix_kernel(logits, stride_r, lens, starts, ends, out, ws, stats,
                  SAMP: tl.constexpr, NBW: tl.constexpr, CATOM: tl.constexpr = True, PIPE: tl.constexpr = False,
                  PF: tl.constexpr = 1, BINS: tl.constexpr = True, WAGG: tl.constexpr = False,
                  PACK: tl.constexpr = False, LANES: tl.constexpr = 0, PBINS: tl.constexpr = False,
-                 LU: tl.constexpr = 1, LPF: tl.constexpr = True, LE2: tl.constexpr = False,
-                 TIMING: tl.constexpr = False):
+                 LU: tl.constexpr = 1, LPF: tl.constexpr = True, TIMING: tl.constexpr = False):
     """Grid (G0, n_slices). n_slices > 1: G0 = R, program (r, s) owns slice s of row r and
     slot r. n_slices = 1: program g loops over rows g, g + G0, ... with slot g.
     want_stats: ``stats[r] = (path, window keys)``, path 0 no bracket, 1 bracket, 2 bracket
@@ -685,7 +634,7 @@ def radix_kernel(logits, stride_r, lens, starts, ends, out, ws, stats,
                             rk = cand_i
                             ri = cand_i + half
                         _buf_emit(cand_k + gofs, cand_i + gofs, q0, q1, pmask, pval, out_row, ctl, k, need, take_all, rk, ri,
-                                  half, (n_act == 1) & (solo_emit != 0), buf == 2, lcap, RB, LANES, BLOCK, LE2)
+                                  half, (n_act == 1) & (solo_emit != 0), buf == 2, lcap, RB, LANES, BLOCK)
                     else:
                         _emit_pass(row, lo, hi, key0, pmask, pval, out_row, ctl, k, need, take_all, cand_k,
                                    cand_i, cand_cap, 0, ctl, 0, BLOCK, NB)

@@ -279,7 +279,7 @@ def launch(logits: Tensor, lens: Tensor, starts: Tensor, ends: Tensor, k: int, n
            pipe: bool = False, solo_emit: bool = True, prefetch: int | None = None,
            maxnreg: int | None = None, bins: bool = True, wagg: bool | None = None, pack: bool = True,
            wagg_max: int | None = None, lanes: bool | None = None, postbins: bool | None = None,
-           lane_step: int | None = None, lane_prefetch: bool = True, emit2: bool = False) -> None:
+           lane_step: int | None = None, lane_prefetch: bool = True) -> None:
     """Fill ``out`` (R, k) int32 with the cooperative radix kernel (keywords: tuning).
 
     ``bracket``: non-stable rows of at least 4 x samp columns start with the sampled window
@@ -315,10 +315,7 @@ def launch(logits: Tensor, lens: Tensor, starts: Tensor, ends: Tensor, k: int, n
     rule's wide rows. ``lane_step`` (1, 2, 4 or 8; None: the rule's, LANE_ROW_STEP for wide
     rows, else 1): blocks the lane read takes a step, so more keys in flight a program (each
     thread holds a step's keys in registers); ``lane_prefetch``: the next step's loads are
-    issued before this step's keys are stored (twice the registers). ``emit2`` (with lanes;
-    an experiment, not yet timed on a GPU): a row's only program emits its lane regions in
-    two reads (lane counts in registers, one scan over the lanes, then the stores) instead
-    of one read with a CTA-wide scan a tile (``kernels_radix._lane_emit2``).
+    issued before this step's keys are stored (twice the registers).
     ``stats``: an int32 (R, 2) tensor that receives each bracketed row's path and window
     size (tests and probes; rows without the bracket keep their values).
     """
@@ -366,8 +363,6 @@ def launch(logits: Tensor, lens: Tensor, starts: Tensor, ends: Tensor, k: int, n
     lane_step = sh["lane_step"] if lane_step is None else lane_step
     if lane_step not in (1, 2, 4, 8):
         raise ValueError(f"lane_step must be 1, 2, 4 or 8 (blocks a step of the lane read), got {lane_step!r}")
-    if emit2 and not lanes:
-        raise ValueError(f"emit2=True emits lane regions, which this launch does not take (lanes={lanes})")
     if not lanes and (lane_step != 1 or not lane_prefetch):
         raise ValueError(f"lane_step and lane_prefetch shape the lane read, which this launch does not take "
                          f"(lanes={lanes}; got lane_step={lane_step}, lane_prefetch={lane_prefetch})")
@@ -396,7 +391,6 @@ def launch(logits: Tensor, lens: Tensor, starts: Tensor, ends: Tensor, k: int, n
         DBITS=dbits, NB=1 << dbits, RB=rb, SAMP=samp, NBW=min(NBW, 256 * num_warps) if nbw is None else nbw,
         CATOM=catom, PIPE=pipe, PF=prefetch, BINS=bool(bins), WAGG=bool(wagg),
         PACK=packed, LANES=ln if lanes else 0, PBINS=bool(postbins), LU=lane_step, LPF=bool(lane_prefetch),
-        LE2=bool(emit2),
         TIMING=timing, num_warps=num_warps,
         **({"maxnreg": maxnreg} if cuda else {}),
     )
