@@ -241,6 +241,38 @@ def test_radix_bracket_paths(gen, width, k, pipe, lanes):
 
 
 @interp
+def test_radix_lane_read_worst_key_rows(gen):
+    """The lane read pads past a row's window with the bits of the worst key (the NaN
+    0xFFFFFFFF, order key INT_MAX) and clamps the window's top below it. Rows made mostly of
+    that key (the k-th key is INT_MAX: the bracket must fall back, exactly), rows with it
+    sprinkled in, and windows that end mid-step or start off the block grid, at read steps
+    of 1, 2 and 4 blocks with and without the next step in flight."""
+    from dsa_ops.backends.triton import radix_launch
+
+    width, k = 9000, 1024
+    x = logits(gen, 6, width)
+    worst = from_bits(torch.full((width,), 0xFFFF_FFFF))
+    x[0] = worst
+    x[0, ::7] = torch.randn(len(range(0, width, 7)), generator=gen)  # ~1286 ordinary keys, then INT_MAX ties
+    x[1] = worst
+    x[1, :k - 1] = 1.0  # one ordinary key short of k: the k-th is INT_MAX
+    x[2, ::3] = worst[::3]
+    x[5] = worst
+    x[5, :100] = 1.0  # the k-th is INT_MAX (falls back), and its last step is mostly padding
+    s = torch.tensor([0, 0, 5, 1, 333, 0], dtype=torch.int32)
+    e = torch.tensor([width, width, width - 100, 7777, width - 1, 2500], dtype=torch.int32)
+    for step, prefetch in ((1, True), (2, False), (4, True), (4, False)):
+        for stable in (False, True):
+            out = poisoned_out(6, k)
+            stats = torch.full((6, 2), -1, dtype=torch.int32)
+            radix_launch.launch(x, s, s, e, k, 1, True, stable, out, block=1024, num_warps=4, lanes=not stable or None,
+                                lane_step=step if not stable else None, lane_prefetch=prefetch or stable, stats=stats)
+            assert_prefill_equivalent(out, x, s, e, k, stable=stable)
+            if not stable:  # no padding in any window; the INT_MAX rows fall back
+                assert stats[:, 0].tolist() == [1, 3, 1, 1, 1, 3] and (stats[:, 1] <= e - s).all(), (step, stats)
+
+
+@interp
 def test_radix_lane_regions_overflow(gen):
     """Lane regions: a lane that gets more window keys than its rows (here every 128th
     column is among the best, so lane 0 of 128 gets all of them) sends its row to the exact
