@@ -241,12 +241,14 @@ def test_radix_bracket_paths(gen, width, k, pipe, lanes):
 
 
 @interp
-def test_radix_lane_read_worst_key_rows(gen):
-    """The lane read pads past a row's window with the bits of the worst key (the NaN
-    0xFFFFFFFF, order key INT_MAX) and clamps the window's top below it. Rows made mostly of
-    that key (the k-th key is INT_MAX: the bracket must fall back, exactly), rows with it
-    sprinkled in, and windows that end mid-step or start off the block grid, at read steps
-    of 1, 2 and 4 blocks with and without the next step in flight."""
+def test_radix_bracket_read_worst_key_rows(gen):
+    """The bracket's read (lane regions, and the slot-counter regions: per-key atomics, one
+    or two blocks in flight, pipelined stores, a block scan) pads past a row's window with
+    the bits of the worst key (the NaN 0xFFFFFFFF, order key INT_MAX) and clamps the
+    window's top below it. Rows made mostly of that key (the k-th key is INT_MAX: the
+    bracket must fall back, exactly), rows with it sprinkled in, and windows that end
+    mid-step or start off the block grid, at lane read steps of 1, 2 and 4 blocks with and
+    without the next step in flight; no window counts padding."""
     from dsa_ops.backends.triton import radix_launch
 
     width, k = 9000, 1024
@@ -270,6 +272,12 @@ def test_radix_lane_read_worst_key_rows(gen):
             assert_prefill_equivalent(out, x, s, e, k, stable=stable)
             if not stable:  # no padding in any window; the INT_MAX rows fall back
                 assert stats[:, 0].tolist() == [1, 3, 1, 1, 1, 3] and (stats[:, 1] <= e - s).all(), (step, stats)
+    for kw in (dict(), dict(prefetch=2), dict(pipe=True), dict(catom=False)):
+        out = poisoned_out(6, k)
+        stats = torch.full((6, 2), -1, dtype=torch.int32)
+        radix_launch.launch(x, s, s, e, k, 1, True, False, out, block=1024, num_warps=4, lanes=False, stats=stats, **kw)
+        assert_prefill_equivalent(out, x, s, e, k)
+        assert stats[:, 0].tolist() == [1, 3, 1, 1, 1, 3] and (stats[:, 1] <= e - s).all(), (kw, stats)
 
 
 @interp

@@ -149,8 +149,13 @@ def _bracket_pass(row, lo, hi, s0, x1, t_hi, s_base, sh, dk, di, capp, whist, ct
     ``capp`` are not written. ``s0``: the first block's keys, ``x1``: the second block's
     values (loaded early). BINS (CATOM only) = False: no bin atomics (every window key lands in
     bin 0, so the row radixes its gathered keys from the top digit). PACK (the host sets it
-    with CATOM only): window keys stored by ``_put``."""
+    with CATOM only): window keys stored by ``_put``. As in ``_lane_pass``, no key pays a
+    bounds test: ``s0`` / ``x1`` and the loads here are the logits' bits with -1 (the worst
+    key) past the slice, the window's top is clamped below it, and the next block's loads
+    take no mask while it is whole."""
     ar = tl.arange(0, BLOCK)
+    rb = row.to(tl.pointer_type(tl.int32))
+    t_lim = tl.minimum(t_hi, INT_MAX - 1)
     s = s0
     x = x1
     cnt = tl.zeros([], tl.int32)
@@ -160,17 +165,20 @@ def _bracket_pass(row, lo, hi, s0, x1, t_hi, s_base, sh, dk, di, capp, whist, ct
     p_o = tl.zeros([BLOCK], tl.int32)
     p_in = tl.zeros([BLOCK], tl.int1)
     if PF == 2:
-        y = tl.load(row + lo + 2 * BLOCK + ar, mask=lo + 2 * BLOCK + ar < hi, other=0.0)
+        y = tl.load(rb + lo + 2 * BLOCK + ar, mask=lo + 2 * BLOCK + ar < hi, other=-1)
     for start in range(lo, hi, BLOCK):
         o = start + ar
         if start > lo:
             s = _skey(x)
             if PF == 2:
                 x = y
-                y = tl.load(row + o + 2 * BLOCK, mask=o + 2 * BLOCK < hi, other=0.0)
+                y = tl.load(rb + o + 2 * BLOCK, mask=o + 2 * BLOCK < hi, other=-1)
             else:
-                x = tl.load(row + o + BLOCK, mask=o + BLOCK < hi, other=0.0)
-        inw = (o < hi) & (s <= t_hi)
+                if start + 2 * BLOCK <= hi:  # the next block is whole: no mask
+                    x = tl.load(rb + o + BLOCK)
+                else:
+                    x = tl.load(rb + o + BLOCK, mask=o + BLOCK < hi, other=-1)
+        inw = s <= t_lim
         if BINS | (CATOM == 0):
             _bin_add(whist, s, inw, s_base, sh, BLOCK)
         if CATOM:

@@ -487,12 +487,14 @@ def radix_kernel(logits, stride_r, lens, starts, ends, out, ws, stats,
                 alive = tl.full([], 1, tl.int32)  # 0: a finisher took the row over
                 me = (s_idx == 0).to(tl.int32)  # reports the row's stats
                 _tick(stats, r, 0, me, TIMING)
-                key0 = _skey(tl.load(row + lo + ar, mask=lo + ar < hi, other=0.0))  # first block, kept
+                # first block, kept (as bits: past the slice -1, the worst key, see _bracket_pass)
+                key0 = _skey(tl.load(row.to(tl.pointer_type(tl.int32)) + lo + ar, mask=lo + ar < hi, other=-1))
                 if brk:
                     # one read: every key up to the sampled window's top -> this program's region
                     # of the buffer, binned; then the k-th key's bin is a prefix of the gathered keys
                     if LANES == 0:
-                        x1 = tl.load(row + lo + BLOCK + ar, mask=lo + BLOCK + ar < hi, other=0.0)  # in flight meanwhile
+                        x1 = tl.load(row.to(tl.pointer_type(tl.int32)) + lo + BLOCK + ar, mask=lo + BLOCK + ar < hi,
+                                     other=-1)  # in flight meanwhile
                     t_hi, s_base, sh = _bracket(row, L, k, SAMP, NBW)
                     _tick(stats, r, 1, me, TIMING)
                     capp = half // n_act
