@@ -471,4 +471,80 @@ if "warps2" in SECTIONS:  # row mode: two-warp programs of 512-key blocks, twice
         ALL_C, [("default", {}), ("2 warps, 16/SM, 64 regs", dict(num_warps=2, block=512, per_sm=16, maxnreg=64)),
                 ("2 warps, 12/SM, 80 regs", dict(num_warps=2, block=512, per_sm=12, maxnreg=80))])}
     save()
+if "phased" in SECTIONS:  # phased prefill (kernels_phased): sample, read and select as three launches
+    from dsa_ops.backends.triton import phased_launch as phased
+    from tests.data import logits as mk
+
+    t0 = time.time()
+    chk = []
+    for kind in ("randn", "ties", "equal", "specials"):  # whole-output checks, every row
+        for R, C in ((300, 131072), (600, 40000)):
+            x = mk(torch.Generator().manual_seed(5), R, C, kind).cuda()
+            s, e, out = causal_chunk(R, C)
+            s[::7] = 3
+            st = torch.zeros((R, 2), dtype=torch.int32, device="cuda")
+            phased.launch(x, s, e, K, out, stats=st)
+            assert_prefill_equivalent(out, x, s, e, K)
+            chk.append({"kind": kind, "R": R, "C": C, "fallback rows": int((st[:, 0] == 3).sum())})
+            log(chk[-1])
+    res["phased_check"] = {"cases": chk, "seconds": round(time.time() - t0, 1)}
+    save()
+    kinds = [("fused (shipped)", None), ("phased samp 512", {}), ("phased samp 1024", dict(samp=1024)),
+             ("phased samp 2048", dict(samp=2048)),
+             ("phased samp 1024, select 128x4", dict(samp=1024, select_shape=(4, 1024, 128, 4))),
+             ("phased samp 1024, select 80x6", dict(samp=1024, select_shape=(4, 1024, 80, 6))),
+             ("phased samp 1024, read 80x6 step 2", dict(samp=1024, read_shape=(4, 1024, 80, 6, 2)))]
+    recs = []
+    R = 16384
+    for C in (32768, 65536, 131072):
+        x = torch.randn(R, C, device="cuda")
+        s, e, out = causal_chunk(R, C)
+        rec = {"C": C}
+        for name, kw in kinds:
+            if kw is None:
+                fn = lambda: radix.launch(x, s, s, e, K, 1, True, False, out)  # noqa: E731
+            else:
+                fn = lambda kw=kw: phased.launch(x, s, e, K, out, **kw)  # noqa: E731
+            rec[name] = time_prefill(fn, x, s, e, out)
+            if kw is not None and C in (65536, 131072) and not isinstance(rec[name], str):
+                rec[f"{name}: sample, +read (ms)"] = [
+                    round(time_eager(lambda kw=kw, n=n: phased.launch(x, s, e, K, out, stop_after=n, **kw),
+                                     reps=3, warmup=1).median / 1000, 3) for n in (1, 2)]
+                st = torch.zeros((R, 2), dtype=torch.int32, device="cuda")
+                phased.launch(x, s, e, K, out, stats=st, **kw)
+                rec[f"{name}: fallback rows, mean window"] = [int((st[:, 0] == 3).sum()),
+                                                             round(float(st[:, 1].float().mean()), 1)]
+        log(rec)
+        recs.append(rec)
+        del x
+        torch.cuda.empty_cache()
+    res["phased"] = recs
+    save()
+if "phasedread" in SECTIONS:  # what caps the lane read: the phased read kernel alone, with probe knobs
+    from dsa_ops.backends.triton import phased_launch as phased
+
+    recs = []
+    R = 16384
+    kinds = [("read (default)", {}), ("region a program (L2)", dict(REUSE=True)), ("no stores", dict(ST=False)),
+             ("loads evict_first", dict(EV=True)), ("stores evict_last", dict(SEV=True)),
+             ("evict_first + evict_last", dict(EV=True, SEV=True)),
+             ("region a program + evict_first", dict(REUSE=True, EV=True)),
+             ("region a program, no stores", dict(REUSE=True, ST=False))]
+    for C in (65536, 131072):
+        x = torch.randn(R, C, device="cuda")
+        s, e, out = causal_chunk(R, C)
+        rec = {"C": C, "sample (ms)": round(time_eager(lambda: phased.launch(x, s, e, K, out, stop_after=1),
+                                                        reps=5, warmup=1).median / 1000, 3)}
+        for name, kn in kinds:
+            try:
+                rec[name] = round(time_eager(lambda kn=kn: phased.launch(x, s, e, K, out, stop_after=2, read_knobs=kn),
+                                             reps=5, warmup=1).median / 1000 - rec["sample (ms)"], 3)
+            except Exception as err:  # noqa: BLE001
+                rec[name] = f"error: {type(err).__name__}: {str(err)[:200]}"
+        log(rec)
+        recs.append(rec)
+        del x
+        torch.cuda.empty_cache()
+    res["phasedread"] = {"note": "ms of the read kernel alone (sample + read, minus sample)", "recs": recs}
+    save()
 log("done")
