@@ -55,8 +55,10 @@ ROW_MAXNREG, ROW_PER_SM = 64, 8
 # after the read. Run 41's profile: the lane read waits on its loads (long scoreboard, 62-76 % of
 # its stall samples) with one 4 KB block in flight a program, so wide rows read four blocks a step
 # at 128 registers (runs 41-42, C = 128K: 5.42 -> 4.88 ms, the read phase 181 -> 83 us a row;
-# C = 32K loses, 1.83 -> 2.13, and 64K ties, so shorter chunks keep the warp-aggregated slots)
-LANES_WIDE = 98304
+# C = 32K loses, 1.83 -> 2.13, and 64K tied then). Since the lane loads evict first (run 52) the
+# programs' regions stay in L2 and 64K gains too (runs 54-55: 3.07 -> 2.85 ms); 32K still loses
+# (1.80 -> 2.06), so chunks under 64K columns keep the warp-aggregated slots
+LANES_WIDE = 65536
 LANE_ROW_SHAPE = (128, 4)
 LANE_ROW_STEP = 4
 SAMP = 256  # bracket: strided samples of the row that place the window of the k-th key (split mode)
