@@ -500,8 +500,11 @@ def test_radix_plan_split_and_its_off_switch(monkeypatch):
     p, sh = rl.launch_plan(16384, 131072, dev, lanes=None)
     assert (sh["lanes"], sh["postbins"], sh["maxnreg"], p.grid0, sh["lane_step"]) == (True, True, 128, 132 * 4, 4), sh
     assert p.cand_cap // 2 // 128 - 1 >= 64  # lane rows: ~42 keys a lane at 128K, samp 512
-    p, sh = rl.launch_plan(16384, 65536, dev, lanes=None)
+    p, sh = rl.launch_plan(16384, rl.LANES_WIDE, dev, lanes=None)  # from 64K columns (runs 54-55)
+    assert (sh["lanes"], sh["postbins"], sh["maxnreg"], sh["lane_step"]) == (True, True, 128, 4), sh
+    p, sh = rl.launch_plan(16384, rl.LANES_WIDE - 1, dev, lanes=None)  # narrower chunks: the slot counters
     assert (sh["lanes"], sh["postbins"], sh["maxnreg"]) == (False, False, rl.ROW_MAXNREG), sh
+    assert rl.LANES_WIDE == 65536
     p, sh = rl.launch_plan(512, 133120, dev, lanes=None)  # row-mode decode, 512 programs
     assert (p.slices, sh["lanes"], sh["postbins"], sh["maxnreg"], sh["lane_step"]) == (1, True, False, rl.ROW_MAXNREG,
                                                                                      1), sh
