@@ -47,7 +47,7 @@ def constexprs(mode: str, num_warps: int, overrides: dict[str, int]) -> dict[str
     c = dict(BLOCK=block, RT=rl.RT, CT=rl.CT, PMAX=rl.PMAX, HMASK=True, DBITS=rl.DBITS, NB=1 << rl.DBITS,
              RB=rl.RB, SAMP=rl.SAMP_ROW if mode == "row" else rl.SAMP, NBW=min(rl.NBW, 256 * num_warps),
              CATOM=True, PIPE=False, PF=rl.PF_ROW if mode == "row" else 1, WAGG=True, PACK=True,
-             LANES=32 * num_warps if mode == "row" else 0, PBINS=False, LU=1, LPF=1, TIMING=False)
+             LANES=32 * num_warps if mode == "row" else 0, PBINS=False, LU=1, LPF=1, BINS=1, TIMING=False)
     params = inspect.signature(radix_kernel.fn).parameters
     for name, value in overrides.items():
         if name not in params:
