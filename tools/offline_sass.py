@@ -16,8 +16,8 @@ in run 28, Triton 3.9 kept a tiled read in registers, and 3.6 did not.
 
 Defaults are a shipped launch: row mode is 4 warps, 1024-key blocks, samp 512, lane
 regions (LANES=128, as for rows of one program each; LANES=0 gives the warp-aggregated
-build that prefill chunks under 96K columns take; wide chunks take LU=4 PBINS=1 at
-``--maxnreg 128``) and 64 registers; split mode (decode) is 8 warps, 2048-key blocks, samp 256 and 128
+build that prefill chunks under ``LANES_WIDE`` = 64K columns take; wide chunks take LU=4
+PBINS=1 at ``--maxnreg 128``) and 64 registers; split mode (decode) is 8 warps, 2048-key blocks, samp 256 and 128
 registers. ``NAME=INT`` overrides a constexpr of ``radix_kernel`` (e.g. ``PF=2``).
 """
 
