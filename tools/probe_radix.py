@@ -2,7 +2,7 @@
 variants (graph replay, L2 flushed, median of 30). Writes JSON to argv[1].
 
 Sections (argv[2], comma list): smoke, check, paths, phases, decode, sweep, prefill, prefill_var,
-stable, occupancy, rowknobs, readabl, wagg, waggrow, rowphase, warps2, lanes, lanesrule, addr, lanestep, lanestep2, lanestep3, warm. ``paths``
+stable, occupancy, rowknobs, readabl, wagg, waggrow, rowphase, warps2, lanes, lanesrule, addr, lanestep, lanestep2, lanestep3, warm, splitlanes. ``paths``
 records which way the bracket went per row (kernel stats) on several data distributions.
 """
 
@@ -470,5 +470,15 @@ if "warps2" in SECTIONS:  # row mode: two-warp programs of 512-key blocks, twice
     res["warps2"] = {"prefill_ms": prefill_knobs(
         ALL_C, [("default", {}), ("2 warps, 16/SM, 64 regs", dict(num_warps=2, block=512, per_sm=16, maxnreg=64)),
                 ("2 warps, 12/SM, 80 regs", dict(num_warps=2, block=512, per_sm=12, maxnreg=80))])}
+    save()
+if "splitlanes" in SECTIONS:  # split mode (decode batches): lane regions with several blocks a read step, or
+    # two blocks in flight in the slot-counter read (the 64-row read phase ran at ~1.4 TB/s in run 20)
+    res["splitlanes"] = {"decode_us": decode_knobs(
+        ((133120, 64, 32768), (133120, 64, 131072), (1048576, 64, 131072), (133120, 32, 131072),
+         (133120, 16, 131072), (133120, 64, "mixed")),
+        (("default", {}), ("lanes step 1", dict(lanes=True)), ("lanes step 2", dict(lanes=True, lane_step=2)),
+         ("lanes step 4", dict(lanes=True, lane_step=4)),
+         ("lanes step 4, postbins", dict(lanes=True, lane_step=4, postbins=True)),
+         ("prefetch 2", dict(prefetch=2))))}
     save()
 log("done")
