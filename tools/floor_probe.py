@@ -11,6 +11,8 @@ rounds), the way ``dsa-ops bench`` times decode:
   keys above a threshold (a compare a key, one block of loads in flight), then pass
   ``bar`` row barriers (the spin barrier of ``kernels_radix._barrier``), each after
   adding the program's count to the row's total; the last program restores the zeros.
+  ``last``: no barrier; one atomic adds a program's count and its arrival, and the last
+  program to arrive goes on alone (with ``choose``: the bin choice) and restores the zeros.
 - ``sort S/w``: one program of w warps loads S strided samples of the row, sorts them
   (``tl.sort``) and takes sample rank q (the bracket's first step).
 - ``choose``: one program loads 2048 bin counts and finds the bin of the k-th key
@@ -59,7 +61,7 @@ def _sample_pivot(x, L, SAMP: tl.constexpr):
 
 @triton.jit
 def _read_bar(x, L, thr, out, ctl, hist, P: tl.constexpr, BLOCK: tl.constexpr, NBAR: tl.constexpr,
-              SORT: tl.constexpr, SAMP: tl.constexpr, CHOOSE: tl.constexpr):
+              SORT: tl.constexpr, SAMP: tl.constexpr, CHOOSE: tl.constexpr, LAST: tl.constexpr = False):
     pid = tl.program_id(0)
     sl = tl.cdiv(tl.cdiv(L, P), BLOCK) * BLOCK
     lo = pid * sl
@@ -75,6 +77,16 @@ def _read_bar(x, L, thr, out, ctl, hist, P: tl.constexpr, BLOCK: tl.constexpr, N
         c += (xb > t).to(tl.int32)
         xb = xn
     n = tl.sum(c)
+    if LAST:  # no barrier: one atomic adds the count and the arrival; the last to arrive goes on alone
+        tl.debug_barrier()
+        old = tl.atomic_add(ctl + 8, n + (1 << 24), sem="acq_rel")
+        if (old >> 24) == P - 1:
+            tot = (old & 0xFFFFFF) + n
+            if CHOOSE:
+                bn, below, cb = _choose(tl.load(hist + tl.arange(0, 2048), cache_modifier=".cg"), tot % 4096 + 1)
+                tot += (bn + below + cb) * 0
+            tl.store(out, tot)
+            tl.store(ctl + tl.arange(0, 16), tl.zeros([16], tl.int32))
     for b in tl.static_range(NBAR):
         tl.atomic_add(ctl + 8 + b, n, sem="relaxed")
         _barrier(ctl, P * (b + 1))
@@ -83,7 +95,8 @@ def _read_bar(x, L, thr, out, ctl, hist, P: tl.constexpr, BLOCK: tl.constexpr, N
             if b == 0:
                 bn, below, cb = _choose(tl.load(hist + tl.arange(0, 2048), cache_modifier=".cg"), n % 4096 + 1)
                 n += (bn + below + cb) * 0
-    tl.store(out + pid, n)
+    if not LAST:
+        tl.store(out + pid, n)
     if NBAR > 0:
         tl.debug_barrier()
         if tl.atomic_add(ctl + 1, 1, sem="acq_rel") == P - 1:  # the last to leave restores the zeros
@@ -116,12 +129,12 @@ def main() -> None:
     thr = 0.5
     cases = []
 
-    def read(P, L, nbar, sort=False, choose=False, nw=8, samp=256):
+    def read(P, L, nbar, sort=False, choose=False, nw=8, samp=256, last=False):
         block = 8 * 32 * nw
 
         def fn():
             _read_bar[(P,)](x, L, thr, out, ctl, hist, P=P, BLOCK=block, NBAR=nbar, SORT=sort, SAMP=samp,
-                            CHOOSE=choose, num_warps=nw)
+                            CHOOSE=choose, LAST=last, num_warps=nw)
 
         def check():
             fn()
@@ -132,18 +145,21 @@ def main() -> None:
                                descending=True).values[(2047 * samp) // L]
             else:
                 t = torch.tensor(thr, device=dev)
-            if nbar:
+            if last:
+                want = _slices(row, t, P, block).sum().reshape(1)
+            elif nbar:
                 # each barrier adds the running total again: n_b = sum of the programs' n_{b-1}
                 want = torch.full((P,), _after(row, t, P, block, nbar), device=dev)
             else:
                 want = _slices(row, t, P, block)
-            got = out[:P].to(want.dtype)
+            got = out[:want.numel()].to(want.dtype)
             if not torch.equal(got, want):
                 raise SystemExit(f"floor_probe: read P={P} L={L} bar={nbar}: {got.tolist()[:8]} vs {want.tolist()[:8]}")
             if int(ctl.abs().sum()) != 0:
                 raise SystemExit("floor_probe: the barrier counters were not restored")
 
-        tag = f"read P={P} L={L} bar={nbar}" + (" sort" if sort else "") + (" choose" if choose else "")
+        tag = f"read P={P} L={L} bar={nbar}" + (" last" if last else "") + (" sort" if sort else "") + \
+            (" choose" if choose else "")
         if nw != 8:
             tag += f" {nw} warps"
         cases.append((tag, fn, check))
@@ -226,6 +242,9 @@ def main() -> None:
     choose_case()
     read(2, 4096, 2, sort=True, choose=True)
     read(32, 131072, 2, sort=True, choose=True)
+    read(32, 131072, 0, last=True)
+    read(2, 4096, 0, sort=True, choose=True, last=True)
+    read(32, 131072, 0, sort=True, choose=True, last=True)
     radix_case(4096)
     radix_case(131072)
 
