@@ -2,7 +2,7 @@
 variants (graph replay, L2 flushed, median of 30). Writes JSON to argv[1].
 
 Sections (argv[2], comma list): smoke, check, paths, phases, decode, sweep, prefill, prefill_var,
-stable, occupancy, rowknobs, readabl, wagg, waggrow, rowphase, warps2, lanes, lanesrule, addr, lanestep, lanestep2, lanestep3, warm, splitlanes. ``paths``
+stable, occupancy, rowknobs, readabl, wagg, waggrow, rowphase, warps2, lanes, lanesrule, addr, lanestep, lanestep2, lanestep3, warm, splitlanes, finisher. ``paths``
 records which way the bracket went per row (kernel stats) on several data distributions.
 """
 
@@ -480,5 +480,12 @@ if "splitlanes" in SECTIONS:  # split mode (decode batches): lane regions with s
          ("lanes step 4", dict(lanes=True, lane_step=4)),
          ("lanes step 4, postbins", dict(lanes=True, lane_step=4, postbins=True)),
          ("prefetch 2", dict(prefetch=2))))}
+    save()
+if "finisher" in SECTIONS:  # split mode: the last program to arrive after the read finishes the row alone (no
+    # barriers), re-measured since the read counts the window bins (run 20's finisher counted them itself)
+    res["finisher"] = {"decode_us": decode_knobs(
+        ((133120, 1, 32768), (133120, 1, 131072), (133120, 8, 131072), (133120, 16, 131072),
+         (1048576, 8, 131072), (1048576, 1, 131072), (133120, 16, "mixed")),
+        (("default", {}), ("finisher", dict(finisher=True)), ("unpacked, no finisher", dict(pack=False))))}
     save()
 log("done")
