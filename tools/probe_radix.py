@@ -2,7 +2,7 @@
 variants (graph replay, L2 flushed, median of 30). Writes JSON to argv[1].
 
 Sections (argv[2], comma list): smoke, check, paths, phases, decode, sweep, prefill, prefill_var,
-stable, occupancy, rowknobs, readabl, wagg, waggrow, rowphase, warps2, lanes, lanesrule, addr, lanestep, lanestep2, lanestep3, warm, splitlanes, finisher. ``paths``
+stable, occupancy, rowknobs, readabl, wagg, waggrow, rowphase, warps2, lanes, lanesrule, addr, lanestep, lanestep2, lanestep3, warm, splitlanes, finisher, splitslots. ``paths``
 records which way the bracket went per row (kernel stats) on several data distributions.
 """
 
@@ -487,5 +487,14 @@ if "finisher" in SECTIONS:  # split mode: the last program to arrive after the r
         ((133120, 1, 32768), (133120, 1, 131072), (133120, 8, 131072), (133120, 16, 131072),
          (1048576, 8, 131072), (1048576, 1, 131072), (133120, 16, "mixed")),
         (("default", {}), ("finisher", dict(finisher=True)), ("unpacked, no finisher", dict(pack=False))))}
+    save()
+if "splitslots" in SECTIONS:  # split mode: the bracket read's slots (a returning atomic a block and warp) off the
+    # critical path: stored a block later (pipe), per-key atomics, or a block scan (no atomic: each program has its
+    # own region)
+    res["splitslots"] = {"decode_us": decode_knobs(
+        ((133120, 64, 32768), (133120, 64, 131072), (1048576, 64, 131072), (133120, 32, 131072),
+         (133120, 16, 131072), (133120, 1, 131072), (133120, 64, "mixed")),
+        (("default", {}), ("pipe", dict(pipe=True)), ("pipe, prefetch 2", dict(pipe=True, prefetch=2)),
+         ("per-key atomics", dict(wagg=False)), ("block scan", dict(catom=False))))}
     save()
 log("done")
