@@ -2,7 +2,7 @@
 variants (graph replay, L2 flushed, median of 30). Writes JSON to argv[1].
 
 Sections (argv[2], comma list): smoke, check, paths, phases, decode, sweep, prefill, prefill_var,
-stable, occupancy, rowknobs, readabl, wagg, waggrow, rowphase, warps2, lanes, lanesrule, addr, lanestep, lanestep2, lanestep3, warm, splitlanes, finisher, splitslots. ``paths``
+stable, occupancy, rowknobs, readabl, wagg, waggrow, rowphase, warps2, lanes, lanesrule, addr, lanestep, lanestep2, lanestep3, warm, splitlanes, finisher, splitslots, warps2lanes. ``paths``
 records which way the bracket went per row (kernel stats) on several data distributions.
 """
 
@@ -496,5 +496,13 @@ if "splitslots" in SECTIONS:  # split mode: the bracket read's slots (a returnin
          (133120, 16, 131072), (133120, 1, 131072), (133120, 64, "mixed")),
         (("default", {}), ("pipe", dict(pipe=True)), ("pipe, prefetch 2", dict(pipe=True, prefetch=2)),
          ("per-key atomics", dict(wagg=False)), ("block scan", dict(catom=False))))}
+    save()
+if "warps2lanes" in SECTIONS:  # wide chunks: two-warp lane programs at 128 registers, 8 a multiprocessor (twice
+    # the rows in progress at the same bytes in flight a multiprocessor, cheaper CTA-wide steps)
+    w2 = dict(num_warps=2, block=512, per_sm=8, maxnreg=128, lanes=True, postbins=True, lane_step=4)
+    res["warps2lanes"] = {"prefill_ms": prefill_knobs(
+        (65536, 131072), [("default", {}), ("2 warps x 8, step 4", w2), ("2 warps x 8, step 4, nbw 1024", dict(w2, nbw=1024)),
+                          ("2 warps x 8, step 2", dict(w2, lane_step=2))],
+        phases_at=(131072,), phased=3, paths=(1,))}
     save()
 log("done")
