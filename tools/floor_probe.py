@@ -17,9 +17,11 @@ rounds), the way ``dsa-ops bench`` times decode:
   (``tl.sort``) and takes sample rank q (the bracket's first step).
 - ``choose``: one program loads 2048 bin counts and finds the bin of the k-th key
   (``kernels_radix._choose``: a cumsum and three sums).
-- ``skeleton``: the bracket's chain with its real steps and no region work: P programs
-  sort the sample while their first block is in flight, read and count the slice,
-  barrier, load the 2048 bins and choose, barrier again.
+- ``skeleton`` (``read ... sort choose``): the bracket's chain with its real steps and no
+  region work: P programs sort the sample while their first block is in flight, read and
+  count the slice, barrier, load the 2048 bins and choose (the choice is stored and
+  checked, so it cannot be compiled away), barrier again; or, with ``last``, one arrival
+  atomic and the last program chooses.
 - ``one program, w warps``: one program reads the whole row (no exchange at all).
 - ``radix``: the shipped kernel at the same shapes.
 
@@ -60,6 +62,13 @@ def _sample_pivot(x, L, SAMP: tl.constexpr):
 
 
 @triton.jit
+def _put3(dst, a, b, c):
+    """Three scalars to dst[0:3]."""
+    j = tl.arange(0, 4)
+    tl.store(dst + j, tl.where(j == 0, a, tl.where(j == 1, b, c)), mask=j < 3)
+
+
+@triton.jit
 def _read_bar(x, L, thr, out, ctl, hist, P: tl.constexpr, BLOCK: tl.constexpr, NBAR: tl.constexpr,
               SORT: tl.constexpr, SAMP: tl.constexpr, CHOOSE: tl.constexpr, LAST: tl.constexpr = False):
     pid = tl.program_id(0)
@@ -84,7 +93,7 @@ def _read_bar(x, L, thr, out, ctl, hist, P: tl.constexpr, BLOCK: tl.constexpr, N
             tot = (old & 0xFFFFFF) + n
             if CHOOSE:
                 bn, below, cb = _choose(tl.load(hist + tl.arange(0, 2048), cache_modifier=".cg"), tot % 4096 + 1)
-                tot += (bn + below + cb) * 0
+                _put3(out + 200, bn, below, cb)  # (stored, so the choice is not compiled away; checked)
             tl.store(out, tot)
             tl.store(ctl + tl.arange(0, 16), tl.zeros([16], tl.int32))
     for b in tl.static_range(NBAR):
@@ -94,7 +103,8 @@ def _read_bar(x, L, thr, out, ctl, hist, P: tl.constexpr, BLOCK: tl.constexpr, N
         if CHOOSE:
             if b == 0:
                 bn, below, cb = _choose(tl.load(hist + tl.arange(0, 2048), cache_modifier=".cg"), n % 4096 + 1)
-                n += (bn + below + cb) * 0
+                if pid == 0:
+                    _put3(out + 200, bn, below, cb)
     if not LAST:
         tl.store(out + pid, n)
     if NBAR > 0:
@@ -111,7 +121,7 @@ def _sort_only(x, L, out, SAMP: tl.constexpr):
 @triton.jit
 def _choose_only(hist, need, out):
     b, below, cb = _choose(tl.load(hist + tl.arange(0, 2048), cache_modifier=".cg"), need)
-    tl.store(out + tl.arange(0, 4), tl.where(tl.arange(0, 4) == 0, b, tl.where(tl.arange(0, 4) == 1, below, cb)))
+    _put3(out, b, below, cb)
 
 
 def log(*a):
@@ -137,6 +147,7 @@ def main() -> None:
                             CHOOSE=choose, LAST=last, num_warps=nw)
 
         def check():
+            out.fill_(-1)
             fn()
             torch.cuda.synchronize()
             row = x[0, :L]
@@ -157,12 +168,22 @@ def main() -> None:
                 raise SystemExit(f"floor_probe: read P={P} L={L} bar={nbar}: {got.tolist()[:8]} vs {want.tolist()[:8]}")
             if int(ctl.abs().sum()) != 0:
                 raise SystemExit("floor_probe: the barrier counters were not restored")
+            if choose:
+                need = int(_slices(row, t, P, block).sum()) % 4096 + 1
+                if out[200:203].tolist() != _choice(need):
+                    raise SystemExit(f"floor_probe: choose in read P={P}: {out[200:203].tolist()} vs {_choice(need)}")
 
         tag = f"read P={P} L={L} bar={nbar}" + (" last" if last else "") + (" sort" if sort else "") + \
             (" choose" if choose else "")
         if nw != 8:
             tag += f" {nw} warps"
         cases.append((tag, fn, check))
+
+    def _choice(need):
+        """(bin, keys below it, keys in it) of the need-th key of ``hist``, as ``_choose``."""
+        cum = torch.cumsum(hist, 0)
+        b = int((cum < need).sum())
+        return [b, int(hist[:b].sum()), int(hist[b])]
 
     def _slices(row, t, P, block):
         L = row.numel()
@@ -196,13 +217,11 @@ def main() -> None:
             _choose_only[(1,)](hist, 2048, out, num_warps=8)
 
         def check():
+            out.fill_(-1)
             fn()
             torch.cuda.synchronize()
-            cum = torch.cumsum(hist, 0)
-            b = int((cum < 2048).sum())
-            want = [b, int(hist[:b].sum()), int(hist[b])]
-            if out[:3].tolist() != want:
-                raise SystemExit(f"floor_probe: choose {out[:3].tolist()} vs {want}")
+            if out[:3].tolist() != _choice(2048):
+                raise SystemExit(f"floor_probe: choose {out[:3].tolist()} vs {_choice(2048)}")
 
         cases.append(("choose 2048 bins", fn, check))
 
