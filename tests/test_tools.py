@@ -72,3 +72,20 @@ def test_read_probe_selfcheck():
                          capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, (res.stdout + res.stderr)[-3000:]
     assert [line.split(":")[0] for line in res.stdout.split()[::2]] == ["lanes", "flat", "async", "tma"], res.stdout
+
+
+def test_floor_probe_selfcheck():
+    """The floor probe's kernels (a read and count with barriers or a last arriver, the
+    sample sort, the bin choice) agree with torch on small shapes under the interpreter, and
+    the skeletons' bin choice is stored and checked (a discarded one may be compiled away)."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    res = subprocess.run([sys.executable, str(root / "tools" / "floor_probe.py"), "--selfcheck"], cwd=root, env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, (res.stdout + res.stderr)[-3000:]
+    lines = res.stdout.splitlines()
+    assert len(lines) == 5 and all(line.endswith(": ok") for line in lines), res.stdout
+    assert "read P=4 L=16384 bar=0 last sort choose: ok" in lines and "read P=1 L=4096 bar=2 sort choose: ok" in lines

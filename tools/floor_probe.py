@@ -22,10 +22,11 @@ rounds), the way ``dsa-ops bench`` times decode:
   count the slice, barrier, load the 2048 bins and choose (the choice is stored and
   checked, so it cannot be compiled away), barrier again; or, with ``last``, one arrival
   atomic and the last program chooses.
-- ``one program, w warps``: one program reads the whole row (no exchange at all).
+- ``read P=1 ...`` (8, 16 or 32 warps): one program reads the whole row (no exchange at all).
 - ``radix``: the shipped kernel at the same shapes.
 
-Usage (device): ``python tools/floor_probe.py OUT.json``.
+Usage (device): ``python tools/floor_probe.py OUT.json``. ``--selfcheck`` (CPU, with
+``TRITON_INTERPRET=1``) checks the kernels against torch on small shapes (tests/test_tools.py).
 """
 
 from __future__ import annotations
@@ -128,8 +129,10 @@ def log(*a):
     print(*a, file=sys.stderr, flush=True)
 
 
-def main() -> None:
-    dev = torch.device("cuda")
+def build_cases(dev: torch.device, cpu: bool) -> list:
+    """(tag, launch, check against torch) of every case; ``cpu``: the interpreter's set
+    (no spin barrier with more than one program: the interpreter runs programs one after
+    another), for ``--selfcheck``."""
     torch.manual_seed(0)
     x = torch.randn(1, W, device=dev)
     ctl = torch.zeros(64, dtype=torch.int32, device=dev)
@@ -141,6 +144,8 @@ def main() -> None:
 
     def read(P, L, nbar, sort=False, choose=False, nw=8, samp=256, last=False):
         block = 8 * 32 * nw
+        tag = f"read P={P} L={L} bar={nbar}" + (" last" if last else "") + (" sort" if sort else "") + \
+            (" choose" if choose else "") + (f" {nw} warps" if nw != 8 else "")
 
         def fn():
             _read_bar[(P,)](x, L, thr, out, ctl, hist, P=P, BLOCK=block, NBAR=nbar, SORT=sort, SAMP=samp,
@@ -149,7 +154,7 @@ def main() -> None:
         def check():
             out.fill_(-1)
             fn()
-            torch.cuda.synchronize()
+            _sync(dev)
             row = x[0, :L]
             if sort:
                 t = torch.sort(row[torch.arange(samp, device=dev) * (L // samp) + (L // samp) // 2],
@@ -165,18 +170,14 @@ def main() -> None:
                 want = _slices(row, t, P, block)
             got = out[:want.numel()].to(want.dtype)
             if not torch.equal(got, want):
-                raise SystemExit(f"floor_probe: read P={P} L={L} bar={nbar}: {got.tolist()[:8]} vs {want.tolist()[:8]}")
+                raise SystemExit(f"floor_probe: {tag}: {got.tolist()[:8]} vs {want.tolist()[:8]}")
             if int(ctl.abs().sum()) != 0:
                 raise SystemExit("floor_probe: the barrier counters were not restored")
             if choose:
                 need = int(_slices(row, t, P, block).sum()) % 4096 + 1
                 if out[200:203].tolist() != _choice(need):
-                    raise SystemExit(f"floor_probe: choose in read P={P}: {out[200:203].tolist()} vs {_choice(need)}")
+                    raise SystemExit(f"floor_probe: {tag}: choice {out[200:203].tolist()} vs {_choice(need)}")
 
-        tag = f"read P={P} L={L} bar={nbar}" + (" last" if last else "") + (" sort" if sort else "") + \
-            (" choose" if choose else "")
-        if nw != 8:
-            tag += f" {nw} warps"
         cases.append((tag, fn, check))
 
     def _choice(need):
@@ -203,7 +204,7 @@ def main() -> None:
 
         def check():
             fn()
-            torch.cuda.synchronize()
+            _sync(dev)
             row = x[0, :L]
             want = torch.sort(row[torch.arange(samp, device=dev) * (L // samp) + (L // samp) // 2],
                               descending=True).values[(2047 * samp) // L]
@@ -219,7 +220,7 @@ def main() -> None:
         def check():
             out.fill_(-1)
             fn()
-            torch.cuda.synchronize()
+            _sync(dev)
             if out[:3].tolist() != _choice(2048):
                 raise SystemExit(f"floor_probe: choose {out[:3].tolist()} vs {_choice(2048)}")
 
@@ -246,6 +247,13 @@ def main() -> None:
 
         cases.append(("empty x2", fn, lambda: None))
 
+    if cpu:
+        read(1, 4096, 2, sort=True, choose=True)
+        read(4, 16384, 0)
+        read(4, 16384, 0, sort=True, choose=True, last=True)
+        sort_case(256, 8, 16384)
+        choose_case()
+        return cases
     cases.append(("empty", lambda: _empty[(1,)](out), lambda: None))
     empty2()
     for P, L in ((2, 4096), (32, 131072)):
@@ -266,7 +274,23 @@ def main() -> None:
     read(32, 131072, 0, sort=True, choose=True, last=True)
     radix_case(4096)
     radix_case(131072)
+    return cases
 
+
+def _sync(dev: torch.device) -> None:
+    if dev.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def main(argv: list[str]) -> None:
+    if argv[1:] == ["--selfcheck"]:  # the kernels against torch on the CPU (TRITON_INTERPRET=1)
+        for tag, fn, check in build_cases(torch.device("cpu"), True):
+            check()
+            print(f"{tag}: ok")
+        return
+    if len(argv) != 2 or argv[1].startswith("-"):
+        raise SystemExit("usage: floor_probe.py OUT.json | --selfcheck")
+    cases = build_cases(torch.device("cuda"), False)
     res: dict = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
                  "note": "us, graph replay of one call, 256 MiB written before each replay, median of 30; two rounds",
                  "us": {}}
@@ -277,8 +301,8 @@ def main() -> None:
             res["us"].setdefault(tag, []).append(round(time_graph(fn).median, 1))
             if rnd == 1:
                 log(f"{tag:42s} {res['us'][tag]}")
-    json.dump(res, open(sys.argv[1], "w"), indent=1)
+    json.dump(res, open(argv[1], "w"), indent=1)
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv)
