@@ -156,25 +156,23 @@ def build_cases(dev: torch.device, cpu: bool) -> list:
             fn()
             _sync(dev)
             row = x[0, :L]
-            if sort:
-                t = torch.sort(row[torch.arange(samp, device=dev) * (L // samp) + (L // samp) // 2],
-                               descending=True).values[(2047 * samp) // L]
-            else:
-                t = torch.tensor(thr, device=dev)
+            t = _pivot(row, samp) if sort else torch.tensor(thr, device=dev)
+            counts = _slices(row, t, P, block)
+            total = int(counts.sum())
             if last:
-                want = _slices(row, t, P, block).sum().reshape(1)
+                want = counts.sum().reshape(1)
             elif nbar:
                 # each barrier adds the running total again: n_b = sum of the programs' n_{b-1}
-                want = torch.full((P,), _after(row, t, P, block, nbar), device=dev)
+                want = torch.full((P,), total * P ** (nbar - 1), device=dev)
             else:
-                want = _slices(row, t, P, block)
+                want = counts
             got = out[:want.numel()].to(want.dtype)
             if not torch.equal(got, want):
                 raise SystemExit(f"floor_probe: {tag}: {got.tolist()[:8]} vs {want.tolist()[:8]}")
             if int(ctl.abs().sum()) != 0:
                 raise SystemExit("floor_probe: the barrier counters were not restored")
             if choose:
-                need = int(_slices(row, t, P, block).sum()) % 4096 + 1
+                need = total % 4096 + 1
                 if out[200:203].tolist() != _choice(need):
                     raise SystemExit(f"floor_probe: {tag}: choice {out[200:203].tolist()} vs {_choice(need)}")
 
@@ -186,17 +184,17 @@ def build_cases(dev: torch.device, cpu: bool) -> list:
         b = int((cum < need).sum())
         return [b, int(hist[:b].sum()), int(hist[b])]
 
-    def _slices(row, t, P, block):
+    def _pivot(row, samp):
+        """Sample rank q of the row's SAMP strided keys, as ``_sample_pivot``."""
         L = row.numel()
-        sl = -(-(-(-L // P)) // block) * block
-        return torch.tensor([int((row[p * sl:min(p * sl + sl, L)] > t).sum()) for p in range(P)], device=dev)
+        st = L // samp
+        return torch.sort(row[torch.arange(samp, device=dev) * st + st // 2], descending=True).values[(2047 * samp) // L]
 
-    def _after(row, t, P, block, nbar):
-        n = _slices(row, t, P, block)
-        tot = int(n.sum())
-        for _ in range(nbar - 1):
-            tot = tot * P
-        return tot
+    def _slices(row, t, P, block):
+        """Each program's count of keys above t, on the kernel's slices (whole blocks)."""
+        L = row.numel()
+        sl = triton.cdiv(triton.cdiv(L, P), block) * block
+        return torch.tensor([int((row[p * sl:min(p * sl + sl, L)] > t).sum()) for p in range(P)], device=dev)
 
     def sort_case(samp, nw, L):
         def fn():
@@ -205,9 +203,7 @@ def build_cases(dev: torch.device, cpu: bool) -> list:
         def check():
             fn()
             _sync(dev)
-            row = x[0, :L]
-            want = torch.sort(row[torch.arange(samp, device=dev) * (L // samp) + (L // samp) // 2],
-                              descending=True).values[(2047 * samp) // L]
+            want = _pivot(x[0, :L], samp)
             if float(outf[0]) != float(want):
                 raise SystemExit(f"floor_probe: sort {samp}: {float(outf[0])} vs {float(want)}")
 
@@ -235,7 +231,7 @@ def build_cases(dev: torch.device, cpu: bool) -> list:
 
         def check():
             fn()
-            torch.cuda.synchronize()
+            _sync(dev)
             assert_decode_equivalent(o, x, lens, K)
 
         cases.append((f"radix (shipped) L={L}", fn, check))
