@@ -121,3 +121,16 @@ def test_snippet_runs(snip, tmp_path, monkeypatch):
         ns = {"__name__": "__snippet__"}
     exec(compile(snip.code, snip.id, "exec"), ns)  # noqa: S102 - the docs' own code
     _namespaces[snip.page] = ns
+
+
+def test_ci_runs_the_readme_commands():
+    """The README says CI runs exactly its set-up commands: each command of its first
+    ```bash block after the install (``dsa-ops demo``, the pytest line) is a line of .ci/run."""
+    lines = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
+    start = lines.index("```bash")
+    block = lines[start + 1:lines.index("```", start + 1)]
+    commands = [c.strip() for line in block for c in line.split("&&")]
+    wanted = [c for c in commands if c.startswith(("dsa-ops", "python -m pytest"))]
+    assert "dsa-ops demo" in wanted and any(c.startswith("python -m pytest") for c in wanted), commands
+    ci = [line.strip() for line in (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()]
+    assert [c for c in wanted if c not in ci] == []
