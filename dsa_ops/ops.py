@@ -72,7 +72,9 @@ def _register(qualname: str, family: str, writer_of: Callable[[], Callable], bac
                 raise ValueError(f"{NAMESPACE}::{qualname}: {sup.reason}")
             getattr(current, family)(logits, *args, stable, out)
             return
-        if logits.device.type != "cpu":
+        if _scoped_pass_left:
+            _warn_generic_after_scope(family, logits.device.type)
+        elif logits.device.type != "cpu":
             _warn_generic_on_device(family, logits.device.type)
         writer_of()(logits, *args, stable, out)
 
@@ -136,6 +138,29 @@ def _warn_generic_on_device(family: str, device_type: str) -> None:
     warnings.warn(
         f"{NAMESPACE}::topk_{family} ran its reference kernel on {device_type}: nothing chose a "
         f"faster backend (install passes.IndexerTopKPass, or pass backend= to dsa_ops.topk_{family})",
+        stacklevel=3,
+    )
+
+
+# Set once a ``with passes.install():`` block has ended in this process. From then on a
+# generic op that runs belongs to a graph compiled without the pass, typically a recompile
+# after the block: that is worth a warning on every device, the CPU included.
+_scoped_pass_left = False
+
+
+def note_scoped_pass_left() -> None:
+    """Called by ``passes.install`` when its block ends."""
+    global _scoped_pass_left
+    _scoped_pass_left = True
+
+
+@functools.lru_cache(maxsize=None)
+def _warn_generic_after_scope(family: str, device_type: str) -> None:
+    warnings.warn(
+        f"{NAMESPACE}::topk_{family} ran its reference kernel on {device_type}: this graph was compiled "
+        f"without the decode pass, after a `with passes.install():` block had ended (a recompile, e.g. on "
+        f"a new shape, after the block does not see the pass). Compile with "
+        f"torch.compile(..., options=passes.inductor_options()) to keep the pass on every recompile",
         stacklevel=3,
     )
 

@@ -208,7 +208,17 @@ def from_dict(d: dict[str, Any], source: str = "<dict>") -> Policy:
                     raise ValueError(f"{where}.{name}: expected a non-negative int or null, got {v!r}")
             if fam == "decode" and r.get("long") is not None:
                 raise ValueError(f"{where}.long: only prefill rules may name a threshold side")
-            get_backend(r["backend"])  # ValueError lists the registered backends
+            if not isinstance(r["backend"], str):
+                raise ValueError(f"{where}.backend: expected a backend name (a string), got {r['backend']!r}")
+            try:
+                get_backend(r["backend"])
+            except ValueError as exc:  # "backend: no backend named ...; registered: [...]"
+                raise ValueError(f"{where}.{exc}") from None
+            for name in ("why", "platform", "arch"):
+                if name in r and not isinstance(r[name], str):
+                    raise ValueError(f"{where}.{name}: expected a string, got {r[name]!r}")
+            if r.get("long") is not None and not isinstance(r["long"], bool):
+                raise ValueError(f"{where}.long: expected true, false or null, got {r['long']!r}")
             out.append(Rule(**r))
         families[fam] = tuple(out)
     thr = d.get("prefill_threshold", AITER_MIN_PREFILL_SEQLEN)
