@@ -89,6 +89,7 @@ def _register(qualname: str, family: str, writer_of: Callable[[], Callable], bac
         def out_variant(logits, lengths, k=2048, next_n=1, compress_ratio=1, stable=False, out=None):
             validate.check_decode(logits, lengths, k, next_n, compress_ratio)
             validate.check_out(out, logits, k)
+            validate.check_no_overlap(out, logits=logits, lengths=lengths)
             run(logits, (lengths, k, next_n), k, compress_ratio, stable, out)
 
         def fake(logits, lengths, k=2048, next_n=1, compress_ratio=1, stable=False):
@@ -110,6 +111,7 @@ def _register(qualname: str, family: str, writer_of: Callable[[], Callable], bac
         def out_variant(logits, row_starts, row_ends, k=2048, compress_ratio=1, stable=False, out=None):
             validate.check_prefill(logits, row_starts, row_ends, k, compress_ratio)
             validate.check_out(out, logits, k)
+            validate.check_no_overlap(out, logits=logits, row_starts=row_starts, row_ends=row_ends)
             run(logits, (row_starts, row_ends, k), k, compress_ratio, stable, out)
 
         def fake(logits, row_starts, row_ends, k=2048, compress_ratio=1, stable=False):
