@@ -1,12 +1,15 @@
 """Test doubles of the foreign top-k kernels (AITER, vLLM in-tree, vLLM persistent /
-cooperative), written from their documented contracts (docs:
-/work/shared/docs/topk-contract.md §2.1, §2.2, §2.3, §3.2, §5).
+cooperative), written from their documented contracts (docs/contract.md §2.1, §2.2,
+§2.3, §3.2, §5).
 
 The doubles are not kernels: they loop over rows in Python. What they model is the
 interface each kernel really has, including the parts our adapters must work around:
 
 * AITER decode reads ``seqLens`` flat at ``r // next_n``, clamps nothing, and addresses
-  rows by ``stride0``; AITER prefill returns chunk-global columns.
+  rows by ``stride0``; AITER prefill returns chunk-global columns. AITER's newer default
+  decode (``decode_kernel="tiered"``) checks its inputs instead (dtypes, devices, next_n,
+  enough ``seqLens`` entries, ``stride0 == logits.stride(0)``, the output's shape) and
+  clamps each row's length to [0, W] itself.
 * The in-tree decode reads a 2-D ``seq_lens`` per row and a 1-D one per request, clamps at
   0 only; in-tree prefill returns row-local indices and clamps nothing.
 * ``persistent_topk`` / ``cooperative_topk`` take exactly one length per row; persistent
@@ -24,6 +27,8 @@ lets such an input through fails the test instead of passing by luck.
 
 from __future__ import annotations
 
+import importlib.metadata
+import math
 import sys
 import types
 from dataclasses import dataclass, field
@@ -85,16 +90,27 @@ def _emit(values: Tensor, start: int, end: int, k: int, stable: bool, gen: torch
 
 @dataclass
 class AiterDouble:
-    """Stand-in for ``aiter.ops.topk``: ``top_k_per_row_decode`` / ``top_k_per_row_prefill``."""
+    """Stand-in for ``aiter.ops.topk``: ``top_k_per_row_decode`` / ``top_k_per_row_prefill``.
+
+    ``decode_kernel``: "one_block" (AITER 0.1.19-0.1.25: no checks, no clamp) or "tiered"
+    (the newer default decode: checks its inputs, clamps lengths to [0, W] itself).
+    ``fail``: an exception the entry points raise (a JIT build that fails, say).
+    """
 
     with_stable: bool = True
     version: str = "0.1.25+double"
+    decode_kernel: str = "one_block"
+    fail: Optional[BaseException] = None
     log: CallLog = field(default_factory=CallLog)
 
     def decode(self, logits: Tensor, next_n: int, seqLens: Tensor, indices: Tensor, numRows: int, stride0: int,
                stride1: int, k: int = 2048, stable: bool = False) -> None:
         self.log.calls.append(dict(fn="decode", next_n=next_n, seqLens=seqLens.clone(), numRows=numRows,
                                    stride0=stride0, stride1=stride1, k=k, stable=stable))
+        if self.fail is not None:
+            raise self.fail
+        if self.decode_kernel == "tiered":
+            return self._tiered_decode(logits, next_n, seqLens, indices, numRows, stride0, stride1, k, stable)
         if numRows <= 0:
             return
         _check_common(logits, indices, numRows, k)
@@ -107,11 +123,49 @@ class AiterDouble:
             vals = _row(logits, stride0, r, max(end, 0))
             indices[r] = _emit(vals, 0, end, k, stable, gen).to(torch.int32)
 
+    def _tiered_decode(self, logits: Tensor, next_n: int, seqLens: Tensor, indices: Tensor, numRows: int,
+                       stride0: int, stride1: int, k: int, stable: bool) -> None:
+        """The newer decode entry: wrong dtypes are a TypeError, other bad calls a ValueError
+        (real AITER raises these too, on the host, before any launch); lengths past the
+        width are clamped, not read past."""
+        for name, t, want in (("logits", logits, torch.float32), ("seqLens", seqLens, torch.int32),
+                              ("indices", indices, torch.int32)):
+            if t.dtype is not want:
+                raise TypeError(f"{name} must be {want}, got {t.dtype}")
+        if len({logits.device, seqLens.device, indices.device}) != 1:
+            raise ValueError("logits, seqLens, and indices must be on the same device")
+        if logits.ndim != 2 or indices.ndim != 2:
+            raise ValueError(f"logits and indices must be 2-D, got {tuple(logits.shape)}, {tuple(indices.shape)}")
+        if next_n <= 0:
+            raise ValueError(f"next_n must be positive, got {next_n}")
+        if numRows < 0 or numRows > logits.shape[0] or numRows > indices.shape[0]:
+            raise ValueError(f"numRows={numRows} outside the logits / indices rows")
+        if numRows == 0:
+            return
+        if indices.shape[1] < k or indices.stride(1) != 1:
+            raise ValueError(f"indices must be (>= numRows, >= k={k}) with contiguous rows")
+        if stride1 != 1 or logits.stride(1) != 1:
+            raise ValueError(f"stride1 must be 1, got {stride1} (logits.stride()={logits.stride()})")
+        if stride0 != logits.stride(0):
+            raise ValueError(f"stride0/stride1 must match logits.stride(); received ({stride0}, {stride1}) "
+                             f"for logits.stride()={logits.stride()}")
+        if not seqLens.is_contiguous() or seqLens.numel() < math.ceil(numRows / next_n):
+            raise ValueError(f"numRows={numRows} with next_n={next_n} needs {math.ceil(numRows / next_n)} "
+                             f"contiguous seqLens entries, got {seqLens.numel()}")
+        flat = seqLens.reshape(-1)
+        width, gen = logits.shape[1], _call_gen(numRows, stride0, k)
+        for r in range(numRows):
+            end = min(max(int(flat[r // next_n]) - next_n + r % next_n + 1, 0), width)  # clamped here
+            vals = _row(logits, stride0, r, end)
+            indices[r, :k] = _emit(vals, 0, end, k, stable, gen).to(torch.int32)
+
     def prefill(self, logits: Tensor, rowStarts: Tensor, rowEnds: Tensor, indices: Tensor, values: Optional[Tensor],
                 numRows: int, stride0: int, stride1: int, k: int = 2048, stable: bool = False) -> None:
         self.log.calls.append(dict(fn="prefill", rowStarts=rowStarts.clone(), rowEnds=rowEnds.clone(),
                                    values=values, numRows=numRows, stride0=stride0, stride1=stride1, k=k,
                                    stable=stable))
+        if self.fail is not None:
+            raise self.fail
         if numRows <= 0:
             return
         _check_common(logits, indices, numRows, k)
@@ -142,13 +196,20 @@ class AiterDouble:
         return mod
 
     def install(self, monkeypatch: "pytest.MonkeyPatch") -> None:
-        """Put ``aiter``, ``aiter.ops`` and ``aiter.ops.topk`` doubles into ``sys.modules``."""
+        """Put ``aiter``, ``aiter.ops`` and ``aiter.ops.topk`` doubles into ``sys.modules``, and
+        make pip's record say ``amd-aiter`` is installed at :attr:`version`. Like the real
+        package, the ``aiter`` module sets no ``__version__``."""
         top, ops = types.ModuleType("aiter"), types.ModuleType("aiter.ops")
-        top.__version__ = self.version
         topk = self.module()
         top.ops, ops.topk = ops, topk
         for name, mod in (("aiter", top), ("aiter.ops", ops), ("aiter.ops.topk", topk)):
             monkeypatch.setitem(sys.modules, name, mod)
+        real_version = importlib.metadata.version
+
+        def version(name: str) -> str:
+            return self.version if name == "amd-aiter" else real_version(name)
+
+        monkeypatch.setattr(importlib.metadata, "version", version)
 
 
 # vLLM 0.33.0's registered schemas (from the compiled extension's registration strings).

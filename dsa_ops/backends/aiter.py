@@ -11,6 +11,17 @@ ways (contract §2.1, §3.2, §8 items 1-2); the adapters here close each gap:
   and subtract the start with torch ops afterwards: no host sync, graph-safe.
 * ``stable=`` exists only from AITER 0.1.20 (PR #4415). It is passed only when the
   installed signature has it; otherwise :func:`_supports` refuses ``stable=True``.
+* Newer AITER routes decode to a tiered kernel that checks its inputs (dtypes, devices,
+  ``stride0 == logits.stride(0)``, enough ``seqLens`` entries) and clamps lengths itself.
+  The adapter's call satisfies both kernels; for a single row it passes a view whose
+  ``stride(0)`` is the width, so the stride it names is the tensor's own.
+
+Availability (:func:`_available`, cached by the record): a ROCm build, a gfx950 device,
+the ``amd-aiter`` distribution at :data:`MIN_VERSION` or newer, both entry points taking
+``k``, and a tiny real decode and prefill call checked against the reference. AITER
+builds or loads its JIT modules on the first call, so a broken setup fails here, outside
+any graph capture, and not at the first top-k inside one. Asked during a capture, the probe
+answers "not available" without caching that answer.
 
 ``aiter`` is imported lazily, inside the probe and the writers, never at module import.
 """
@@ -20,6 +31,8 @@ from __future__ import annotations
 import functools
 import importlib
 import inspect
+import re
+from importlib import metadata
 from typing import Any, Callable
 
 import torch
@@ -32,6 +45,11 @@ MODULE = "aiter.ops.topk"
 DECODE_FN = "top_k_per_row_decode"
 PREFILL_FN = "top_k_per_row_prefill"
 ARCH_PREFIX = "gfx950"  # the only arch with tuned AITER indexer top-k (vLLM _aiter_ops.py:2915-2921)
+DISTRIBUTION = "amd-aiter"  # what pip knows AITER as; the ``aiter`` module sets no __version__
+# The first release whose top_k_per_row_decode / _prefill take ``k`` (decode has been
+# one-block only since 0.1.17); ``stable=`` needs 0.1.20 and is feature-detected.
+MIN_VERSION = (0, 1, 19)
+PROBE_DEVICE = "cuda"  # where the warm-up call runs (tests point it elsewhere)
 
 
 def _topk_module() -> Any:
@@ -62,6 +80,10 @@ def decode(logits: Tensor, lengths: Tensor, k: int, next_n: int, stable: bool, o
     if rows == 0:
         return
     ends = decode_ends(logits, lengths, next_n, torch.int32)
+    if rows == 1 and logits.stride(0) != logits.shape[1]:
+        # One row: its stride(0) is arbitrary. Name the width as the pitch, on a view
+        # whose stride(0) says the same (newer AITER checks stride0 == logits.stride(0)).
+        logits = logits.as_strided(logits.shape, (logits.shape[1], logits.stride(1)))
     fn = _entry(DECODE_FN)
     fn(logits, 1, ends, out, rows, row_pitch(logits), int(logits.stride(1)), **_kwargs(fn, k, stable))
 
@@ -79,6 +101,54 @@ def prefill(logits: Tensor, row_starts: Tensor, row_ends: Tensor, k: int, stable
     out.copy_(torch.where(out >= 0, out - s[:, None], -1))
 
 
+def _version_tuple(version: str) -> tuple[int, ...] | None:
+    """(major, minor, patch) of a version string such as "0.1.20.dev46+g4048607"; None if unreadable.
+
+    A pre-release of a version counts as that version (0.1.19.dev5 passes a 0.1.19 pin).
+    """
+    m = re.match(r"(\d+)\.(\d+)\.(\d+)", version)
+    return tuple(int(g) for g in m.groups()) if m else None
+
+
+def _min_version_str() -> str:
+    return ".".join(map(str, MIN_VERSION))
+
+
+def _capturing() -> bool:
+    try:
+        return bool(torch.cuda.is_current_stream_capturing())
+    except Exception:  # no CUDA / ROCm runtime: nothing can be capturing
+        return False
+
+
+def _warm_up() -> Support:
+    """One tiny decode and one tiny prefill call, checked against the reference.
+
+    AITER JIT-builds / loads its top-k module on the first call; doing it here keeps that
+    out of graph capture and turns a broken build into a reason instead of a crash.
+    """
+    from dsa_ops.testing import assert_decode_equivalent, assert_prefill_equivalent
+
+    dev = torch.device(PROBE_DEVICE)
+    gen = torch.Generator().manual_seed(0)
+    rows, width, k = 2, 4096, 2048
+    x = torch.randn(rows, width, generator=gen).to(dev)
+    lengths = torch.tensor([width, 3000], dtype=torch.int32, device=dev)
+    starts = torch.tensor([0, 1000], dtype=torch.int32, device=dev)
+    out = torch.full((rows, k), -7, dtype=torch.int32, device=dev)
+    try:
+        decode(x, lengths, k, 1, False, out)
+        assert_decode_equivalent(out.cpu(), x.cpu(), lengths.cpu(), k)
+        out.fill_(-7)
+        prefill(x, starts, lengths, k, False, out)
+        assert_prefill_equivalent(out.cpu(), x.cpu(), starts.cpu(), lengths.cpu(), k)
+    except AssertionError as exc:
+        return Support(False, f"warm-up call returned a wrong result: {str(exc).splitlines()[0]}")
+    except Exception as exc:  # JIT build / load failure, HIP error, missing symbol
+        return Support(False, f"warm-up call of {MODULE} failed: {exc!r}")
+    return YES
+
+
 def _available() -> Support:
     if not torch.version.hip:
         return Support(False, "not a ROCm build of torch (torch.version.hip is None)")
@@ -87,6 +157,17 @@ def _available() -> Support:
     arch = str(getattr(torch.cuda.get_device_properties(0), "gcnArchName", ""))
     if not arch.startswith(ARCH_PREFIX):
         return Support(False, f"device 0 is {arch or 'unknown'}; AITER's indexer top-k is tuned for gfx950 only")
+    if _capturing():
+        return Support(False, "first asked during CUDA graph capture, where the warm-up call cannot run; "
+                              "call dsa_ops.backends.get('aiter').availability() before capturing",
+                       final=False)
+    version = _version()
+    if version == "absent":
+        return Support(False, f"the {DISTRIBUTION} distribution is not installed (needs {DISTRIBUTION} "
+                              f">= {_min_version_str()})")
+    have = _version_tuple(version)
+    if have is None or have < MIN_VERSION:
+        return Support(False, f"{DISTRIBUTION} {version} is installed; needs >= {_min_version_str()}")
     try:
         mod = _topk_module()
     except Exception as exc:  # ImportError, or a JIT build failure inside aiter
@@ -94,10 +175,11 @@ def _available() -> Support:
     for name in (DECODE_FN, PREFILL_FN):
         fn = getattr(mod, name, None)
         if fn is None:
-            return Support(False, f"{MODULE}.{name} is missing (AITER too old?)")
+            return Support(False, f"{MODULE}.{name} is missing ({DISTRIBUTION} {version})")
         if "k" not in _params(fn):
-            return Support(False, f"{MODULE}.{name} has no 'k' parameter (needs AITER >= 0.1.19)")
-    return YES
+            return Support(False, f"{MODULE}.{name} has no 'k' parameter, though {DISTRIBUTION} {version} "
+                                  f">= {_min_version_str()} should have it")
+    return _warm_up()
 
 
 def has_stable() -> bool:
@@ -115,22 +197,15 @@ def _supports(query: Query) -> Support:
 
 
 def _version() -> str:
-    """``aiter.__version__`` if set, else the installed distribution's version."""
-    try:
-        mod = importlib.import_module("aiter")
-    except Exception:
-        return "absent"
-    ver = getattr(mod, "__version__", None)
-    if ver:
-        return str(ver)
-    from importlib import metadata
+    """The installed ``amd-aiter`` distribution's version, or "absent".
 
-    for dist in metadata.packages_distributions().get("aiter", []):
-        try:
-            return metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            continue
-    return "unknown"
+    The ``aiter`` module itself sets no ``__version__``; pip's record of the distribution
+    is what says which AITER this is.
+    """
+    try:
+        return metadata.version(DISTRIBUTION)
+    except metadata.PackageNotFoundError:
+        return "absent"
 
 
 BACKEND = Backend(

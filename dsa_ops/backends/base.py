@@ -24,10 +24,15 @@ PrefillWriter = Callable[[Tensor, Tensor, Tensor, int, bool, Tensor], None]
 
 @dataclass(frozen=True)
 class Support:
-    """A yes/no answer with the reason when it is no. Truthy iff ``ok``."""
+    """A yes/no answer with the reason when it is no. Truthy iff ``ok``.
+
+    ``final=False`` marks an availability answer that only holds for now (asked during
+    graph capture, say): :meth:`Backend.availability` does not cache it.
+    """
 
     ok: bool
     reason: str = ""
+    final: bool = field(default=True, compare=False)
 
     def __bool__(self) -> bool:
         return self.ok
@@ -60,7 +65,8 @@ class Backend:
         name: registry key; the op names derive from it.
         decode: writer for the decode family, or None if the backend has no decode.
         prefill: writer for the prefill family, or None.
-        available: import / platform probe; called once, cached by :meth:`availability`.
+        available: import / platform probe; called once, cached by :meth:`availability`
+            (unless it answers with ``final=False``).
         supports: shape / dtype / k check for one call, from host facts only.
         version: version string of what the backend wraps (goes into pass cache keys).
         description: one line for tables and ``dsa-ops explain``.
@@ -79,12 +85,15 @@ class Backend:
 
     def availability(self) -> Support:
         """Cached :attr:`available` probe (import and platform checks run once)."""
-        if "available" not in self._cache:
-            try:
-                self._cache["available"] = self.available()
-            except Exception as exc:  # a probe that crashes means "not here"
-                self._cache["available"] = Support(False, f"probe failed: {exc!r}")
-        return self._cache["available"]
+        if "available" in self._cache:
+            return self._cache["available"]
+        try:
+            answer = self.available()
+        except Exception as exc:  # a probe that crashes means "not here"
+            answer = Support(False, f"probe failed: {exc!r}")
+        if answer.final:
+            self._cache["available"] = answer
+        return answer
 
     def check(self, query: Query) -> Support:
         """Availability, family and :attr:`supports`, with the first reason that fails."""

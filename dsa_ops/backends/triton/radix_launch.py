@@ -171,9 +171,9 @@ def plan(rows: int, width: int, device: torch.device, slices: int | None = None,
 
 
 def tuning(rows: int) -> dict:
-    """Launch shape by batch size (a host int, so graph-safe). Measured on the H200
-    (docs/benchmarks/triton-kernel-notes.md, v3 run 12): from MANY_ROWS rows up, 4-warp
-    programs of 1024-column blocks, 4 per multiprocessor, give each row twice the programs
+    """Launch shape by batch size (a host int, so graph-safe). Measured on the H200 (kernel
+    notes v3 run 12, ``git show e8d7a9e:docs/benchmarks/triton-kernel-notes.md``): from
+    MANY_ROWS rows up, 4-warp programs of 1024-column blocks, 4 per multiprocessor, give each row twice the programs
     (16 x 128K: 43.6 -> 39.7 us, 64 x 128K: 125.7 -> 110.4 us) and cost nothing at 4K; one
     row at 128K is faster with 8-warp programs (23.8 vs 27.6 us)."""
     if rows >= MANY_ROWS:
@@ -253,7 +253,7 @@ def bracket_min_len(p: RadixPlan, rows: int, samp: int = SAMP) -> int:
     """Shortest row (live length) that starts with the bracket, 0 for none: a host int, so
     graph-safe; each row compares its own device length with it. ``DSA_OPS_TRITON_BRACKET=1``
     / ``0`` forces the bracket on (every row of at least 4 x samp columns) / off; ``auto``
-    (the default) follows the H200 measurements in docs/benchmarks/triton-kernel-notes.md
+    (the default) follows the H200 measurements in docs/benchmarks/kernel-variants.md
     (v4): always in row mode (prefill: 2-3x faster), and in split mode from the length where
     the bracket's fixed cost (the sample sort, ~4 us) is paid back, which depends on the
     batch."""
