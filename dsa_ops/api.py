@@ -1,19 +1,33 @@
-"""Public entry points: :func:`topk_decode` and :func:`topk_prefill`."""
+"""Public entry points: :func:`topk_decode` and :func:`topk_prefill`.
+
+Three ways through each entry point:
+
+* **Eager** (the common serving case): the host checks, the policy's choice and the backend's
+  support check are made once per (shapes, strides, dtypes, devices, k, next_n, stable,
+  backend, policy) and cached as a :class:`_Route`; a repeat call costs a dict lookup, an
+  overlap test of ``out`` and the writer. On plain tensors with no torch function / dispatch
+  mode and no profiler active, the route calls the backend's writer directly (what the
+  backend op's kernel runs), skipping the dispatcher; otherwise it calls the backend op.
+* **Compiled** (``torch.compile``): the checks that need no shapes run at trace time with
+  constant arguments (a bad argument raises the ValueError at trace time); the fake kernels
+  check shapes and strides. Decode emits the generic op for ``passes.IndexerTopKPass``;
+  prefill picks its backend with a host branch on ``max_seqlen_k`` (a dynamo guard).
+"""
 
 from __future__ import annotations
 
-from typing import Optional
+import operator
+from typing import NamedTuple, Optional
 
 import torch
 from torch import Tensor
 
 from dsa_ops import ops, validate
 from dsa_ops import policy as policy_mod
-from dsa_ops.backends import get
-from dsa_ops.backends.base import Query
+from dsa_ops.backends import BACKENDS, get
+from dsa_ops.backends.base import Backend, Query
 
 
-@torch.compiler.assume_constant_result
 def _policy_backend(family: str, device_type: str, k: int, compress_ratio: int, width: Optional[int], stable: bool,
                     long: bool) -> str:
     """The policy's backend name for a call; a host-only decision that dynamo folds to a
@@ -22,8 +36,31 @@ def _policy_backend(family: str, device_type: str, k: int, compress_ratio: int, 
     return policy_mod.current().choose(family, facts, long if family == "prefill" else None).backend
 
 
-def _stable(stable: Optional[bool]) -> bool:
-    return policy_mod.current().stable if stable is None else bool(stable)
+def _static_checks(family: str, metas: tuple, k, next_n, compress_ratio, stable) -> None:
+    validate.check_static(family, metas, k, next_n, compress_ratio, stable)
+
+
+# What ``torch.compiler.assume_constant_result`` does, without importing dynamo at import time
+# (``import dsa_ops`` stays cheap; tests/test_api_paths.py checks the two stay the same): dynamo
+# calls these with constant arguments at trace time and folds the result.
+_policy_backend._dynamo_marked_constant = True
+_static_checks._dynamo_marked_constant = True
+
+
+def _meta(t) -> tuple | str:
+    """(dtype, device, rank) of a tensor, or its type's name: constants under dynamo."""
+    return (t.dtype, t.device, t.dim()) if isinstance(t, Tensor) else type(t).__name__
+
+
+def _host_int(x):
+    """A plain int argument (k, next_n, compress_ratio) as a constant: under dynamo with
+    ``dynamic=True`` an int argument is traced symbolically, and ``operator.index``
+    specializes it (a guard), so the policy and the checks see a constant."""
+    return operator.index(x) if isinstance(x, int) and not isinstance(x, bool) else x
+
+
+def _stable(stable: Optional[bool], pol: policy_mod.Policy) -> bool:
+    return pol.stable if stable is None else stable
 
 
 def _width(logits: Tensor) -> Optional[int]:
@@ -36,8 +73,55 @@ def _backend_op(name: str, family: str, logits: Tensor, k: int, compress_ratio: 
     backend = get(name)
     sup = backend.check(Query(family, logits.device.type, k, _width(logits), stable, compress_ratio))
     if not sup:
-        raise ValueError(f"backend: {sup.reason}")
+        validate._fail(f"backend: {sup.reason}")
     return ops.backend_op(name, family, out=out)
+
+
+class _Route(NamedTuple):
+    """What an eager call with one set of host facts runs (cached in :data:`_ROUTES`)."""
+
+    policy: policy_mod.Policy
+    backend: Backend
+    writer: object  # the backend's decode / prefill writer
+    op: object  # the backend op (functional or _out form)
+    stable: bool
+    layout: str  # decode lengths layout ("" for prefill)
+
+
+_ROUTES: dict[tuple, _Route] = {}
+_ROUTES_MAX = 4096  # distinct host-fact sets kept; the cache is cleared when full
+
+
+def _tmeta(t) -> tuple:
+    return (t.dtype, t.device, t.shape, t.stride())
+
+
+def _direct(*tensors) -> bool:
+    """Whether an eager call may run the writer itself: plain tensors, no torch function or
+    dispatch mode (fake tensors, tracing, vmap) and no profiler (which should see the op)."""
+    return (all(type(t) is Tensor for t in tensors if t is not None) and not torch._C._len_torch_dispatch_stack()
+            and not torch._C._is_torch_function_mode_enabled() and not torch._C._autograd._profiler_enabled())
+
+
+def _route(family: str, key: tuple, pol, logits: Tensor, k: int, next_n: int, compress_ratio: int,
+           stable: Optional[bool], backend: Optional[str], out_given: bool, long: bool, layout: str) -> _Route:
+    stable = _stable(stable, pol)
+    if backend is None:
+        backend = _policy_backend(family, logits.device.type, k, compress_ratio, int(logits.shape[1]), stable, long)
+    op = _backend_op(backend, family, logits, k, compress_ratio, stable, out_given)
+    record = get(backend)
+    route = _Route(pol, record, getattr(record, family), op, stable, layout)
+    if len(_ROUTES) >= _ROUTES_MAX:
+        _ROUTES.clear()
+    _ROUTES[key] = route
+    return route
+
+
+def _cached(key: tuple, pol) -> Optional[_Route]:
+    route = _ROUTES.get(key)
+    if route is not None and route.policy is pol and BACKENDS.get(route.backend.name) is route.backend:
+        return route
+    return None
 
 
 def topk_decode(
@@ -84,19 +168,52 @@ def topk_decode(
     Example:
         >>> idx = dsa_ops.topk_decode(logits, seq_lens, k=2048)  # doctest: +SKIP
     """
+    if torch.compiler.is_compiling():
+        return _compiled_decode(logits, lengths, k, next_n, backend, out, compress_ratio, stable, check)
+    pol = policy_mod.current()
+    try:
+        key = ("decode", _tmeta(logits), _tmeta(lengths), out is None or _tmeta(out), k, next_n, compress_ratio,
+               stable, backend, id(pol))
+        route = _cached(key, pol)
+    except (AttributeError, TypeError):  # not tensors, or unhashable arguments: the checks below say what
+        key, route = None, None
+    if route is None:
+        validate.check_static("decode", (("logits", _meta(logits)), ("lengths", _meta(lengths))), k, next_n,
+                              compress_ratio, stable)
+        layout = validate.check_decode(logits, lengths, k, next_n, compress_ratio)
+        if out is not None:
+            validate.check_out(out, logits, k)
+        route = _route("decode", key, pol, logits, k, next_n, compress_ratio, stable, backend, out is not None,
+                       False, layout)
+    if out is not None:
+        validate.check_no_overlap(out, logits=logits, lengths=lengths)
+    if check:
+        validate.check_decode_values(logits, lengths, next_n, route.layout)
+    if _direct(logits, lengths, out):
+        if out is None:
+            out = torch.empty((logits.shape[0], k), dtype=torch.int32, device=logits.device)
+        route.writer(logits, lengths, k, next_n, route.stable, out)
+        return out
+    if out is None:
+        return route.op(logits, lengths, k, next_n, compress_ratio, route.stable)
+    route.op(logits, lengths, k, next_n, compress_ratio, route.stable, out)
+    return out
+
+
+def _compiled_decode(logits, lengths, k, next_n, backend, out, compress_ratio, stable, check) -> Tensor:
+    k, next_n, compress_ratio = _host_int(k), _host_int(next_n), _host_int(compress_ratio)
+    metas = (("logits", _meta(logits)), ("lengths", _meta(lengths))) + ((("out", _meta(out)),) if out is not None
+                                                                        else ())
+    _static_checks("decode", metas, k, next_n, compress_ratio, stable)
     validate.check_decode(logits, lengths, k, next_n, compress_ratio)
     if out is not None:
         validate.check_out(out, logits, k)
-    stable = _stable(stable)
+    stable = _stable(stable, policy_mod.current())
     if check:
-        layout = validate.decode_layout(lengths, logits.shape[0], next_n)
-        validate.check_decode_values(logits, lengths, next_n, layout)
-    if backend is None and torch.compiler.is_compiling():
+        validate.check_decode_values(logits, lengths, next_n, validate.decode_layout(lengths, logits.shape[0], next_n))
+    if backend is None:
         op = ops.generic_op("decode", out=out is not None)
     else:
-        if backend is None:
-            backend = _policy_backend("decode", logits.device.type, k, compress_ratio, _width(logits), stable,
-                                      False)
         op = _backend_op(backend, "decode", logits, k, compress_ratio, stable, out is not None)
     if out is None:
         return op(logits, lengths, k, next_n, compress_ratio, stable)
@@ -142,21 +259,61 @@ def topk_prefill(
         (R, k) int32 sequence-local indices ``j - row_starts[r]``, min(L_r, k) of them,
         then -1.
     """
+    if torch.compiler.is_compiling():
+        return _compiled_prefill(logits, row_starts, row_ends, k, max_seqlen_k, backend, out, compress_ratio, stable,
+                                 check)
+    validate.check_max_seqlen_k(max_seqlen_k)
+    pol = policy_mod.current()
+    long = max_seqlen_k is not None and max_seqlen_k >= pol.prefill_threshold
+    try:
+        key = ("prefill", _tmeta(logits), _tmeta(row_starts), _tmeta(row_ends), out is None or _tmeta(out), k,
+               compress_ratio, stable, backend, long, id(pol))
+        route = _cached(key, pol)
+    except (AttributeError, TypeError):
+        key, route = None, None
+    if route is None:
+        validate.check_static("prefill", (("logits", _meta(logits)), ("row_starts", _meta(row_starts)),
+                                          ("row_ends", _meta(row_ends))), k, 1, compress_ratio, stable)
+        validate.check_prefill(logits, row_starts, row_ends, k, compress_ratio)
+        if out is not None:
+            validate.check_out(out, logits, k)
+        route = _route("prefill", key, pol, logits, k, 1, compress_ratio, stable, backend, out is not None, long, "")
+    if out is not None:
+        validate.check_no_overlap(out, logits=logits, row_starts=row_starts, row_ends=row_ends)
+    if check:
+        validate.check_prefill_values(logits, row_starts, row_ends)
+    if _direct(logits, row_starts, row_ends, out):
+        if out is None:
+            out = torch.empty((logits.shape[0], k), dtype=torch.int32, device=logits.device)
+        route.writer(logits, row_starts, row_ends, k, route.stable, out)
+        return out
+    if out is None:
+        return route.op(logits, row_starts, row_ends, k, compress_ratio, route.stable)
+    route.op(logits, row_starts, row_ends, k, compress_ratio, route.stable, out)
+    return out
+
+
+def _compiled_prefill(logits, row_starts, row_ends, k, max_seqlen_k, backend, out, compress_ratio, stable,
+                      check) -> Tensor:
+    k, compress_ratio = _host_int(k), _host_int(compress_ratio)
+    metas = (("logits", _meta(logits)), ("row_starts", _meta(row_starts)), ("row_ends", _meta(row_ends)))
+    _static_checks("prefill", metas + ((("out", _meta(out)),) if out is not None else ()), k, 1, compress_ratio,
+                   stable)
     validate.check_prefill(logits, row_starts, row_ends, k, compress_ratio)
     if out is not None:
         validate.check_out(out, logits, k)
-    if max_seqlen_k is not None and (isinstance(max_seqlen_k, bool) or not isinstance(max_seqlen_k, int)):
-        raise ValueError(f"max_seqlen_k: expected a host int or None, got {max_seqlen_k!r}")
-    stable = _stable(stable)
+    validate.check_max_seqlen_k(max_seqlen_k)
+    pol = policy_mod.current()
+    stable = _stable(stable, pol)
     if check:
         validate.check_prefill_values(logits, row_starts, row_ends)
     if backend is None:
         # The host branch (a guard under dynamo): which side of the threshold are we on?
         # An explicit `if` so dynamo guards on the comparison and passes on a constant.
         long = False
-        if max_seqlen_k is not None and max_seqlen_k >= policy_mod.current().prefill_threshold:
+        if max_seqlen_k is not None and max_seqlen_k >= pol.prefill_threshold:
             long = True
-        backend = _policy_backend("prefill", logits.device.type, k, compress_ratio, _width(logits), stable, long)
+        backend = _policy_backend("prefill", logits.device.type, k, compress_ratio, None, stable, long)
     op = _backend_op(backend, "prefill", logits, k, compress_ratio, stable, out is not None)
     if out is None:
         return op(logits, row_starts, row_ends, k, compress_ratio, stable)

@@ -1,5 +1,6 @@
 """``dsa-ops``: the console script. Each subcommand lives in ``dsa_ops/commands/<name>.py``
-and defines ``HELP`` (one line), ``add_arguments(parser)`` and ``run(args) -> int``."""
+and defines ``HELP`` (one line), ``add_arguments(parser)`` and ``run(args) -> int``. A bad
+value (``dsa_ops.commands.checks.UsageError``) is one line on stderr and exit status 2."""
 
 from __future__ import annotations
 
@@ -26,8 +27,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    from dsa_ops.commands.checks import UsageError
+
     args = build_parser().parse_args(argv)
-    return int(args._run(args) or 0)
+    try:
+        return int(args._run(args) or 0)
+    except UsageError as exc:
+        print(f"dsa-ops {args.command}: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -72,7 +72,9 @@ def _register(qualname: str, family: str, writer_of: Callable[[], Callable], bac
                 raise ValueError(f"{NAMESPACE}::{qualname}: {sup.reason}")
             getattr(current, family)(logits, *args, stable, out)
             return
-        if logits.device.type != "cpu":
+        if _scoped_pass_left:
+            _warn_generic_after_scope(family, logits.device.type)
+        elif logits.device.type != "cpu":
             _warn_generic_on_device(family, logits.device.type)
         writer_of()(logits, *args, stable, out)
 
@@ -87,6 +89,7 @@ def _register(qualname: str, family: str, writer_of: Callable[[], Callable], bac
         def out_variant(logits, lengths, k=2048, next_n=1, compress_ratio=1, stable=False, out=None):
             validate.check_decode(logits, lengths, k, next_n, compress_ratio)
             validate.check_out(out, logits, k)
+            validate.check_no_overlap(out, logits=logits, lengths=lengths)
             run(logits, (lengths, k, next_n), k, compress_ratio, stable, out)
 
         def fake(logits, lengths, k=2048, next_n=1, compress_ratio=1, stable=False):
@@ -108,6 +111,7 @@ def _register(qualname: str, family: str, writer_of: Callable[[], Callable], bac
         def out_variant(logits, row_starts, row_ends, k=2048, compress_ratio=1, stable=False, out=None):
             validate.check_prefill(logits, row_starts, row_ends, k, compress_ratio)
             validate.check_out(out, logits, k)
+            validate.check_no_overlap(out, logits=logits, row_starts=row_starts, row_ends=row_ends)
             run(logits, (row_starts, row_ends, k), k, compress_ratio, stable, out)
 
         def fake(logits, row_starts, row_ends, k=2048, compress_ratio=1, stable=False):
@@ -134,6 +138,29 @@ def _warn_generic_on_device(family: str, device_type: str) -> None:
     warnings.warn(
         f"{NAMESPACE}::topk_{family} ran its reference kernel on {device_type}: nothing chose a "
         f"faster backend (install passes.IndexerTopKPass, or pass backend= to dsa_ops.topk_{family})",
+        stacklevel=3,
+    )
+
+
+# Set once a ``with passes.install():`` block has ended in this process. From then on a
+# generic op that runs belongs to a graph compiled without the pass, typically a recompile
+# after the block: that is worth a warning on every device, the CPU included.
+_scoped_pass_left = False
+
+
+def note_scoped_pass_left() -> None:
+    """Called by ``passes.install`` when its block ends."""
+    global _scoped_pass_left
+    _scoped_pass_left = True
+
+
+@functools.lru_cache(maxsize=None)
+def _warn_generic_after_scope(family: str, device_type: str) -> None:
+    warnings.warn(
+        f"{NAMESPACE}::topk_{family} ran its reference kernel on {device_type}: this graph was compiled "
+        f"without the decode pass, after a `with passes.install():` block had ended (a recompile, e.g. on "
+        f"a new shape, after the block does not see the pass). Compile with "
+        f"torch.compile(..., options=passes.inductor_options()) to keep the pass on every recompile",
         stacklevel=3,
     )
 

@@ -48,15 +48,25 @@ class Rule:
     long: Optional[bool] = None  # prefill: True = max_seqlen_k >= threshold, False = below
 
     def matches(self, facts: "Facts", long: Optional[bool] = None) -> bool:
+        return self.matches_but_band(facts, long) and self.band_holds(facts)
+
+    def matches_but_band(self, facts: "Facts", long: Optional[bool] = None) -> bool:
         return (
             self.platform in ("*", facts.platform)
             and (self.arch == "*" or facts.arch.startswith(self.arch))
             and self.k in (None, facts.k)
             and self.compress_ratio in (None, facts.compress_ratio)
-            and (facts.width is None or facts.width >= self.min_width)
-            and (self.max_width is None or (facts.width is not None and facts.width < self.max_width))
             and (self.long is None or self.long == long)
         )
+
+    def band_holds(self, facts: "Facts") -> bool:
+        """Whether every width the call may have lies in [min_width, max_width): the width
+        itself, or for a symbolic width (``facts.width`` None) its whole value range
+        ``facts.width_bounds`` (dynamo's ShapeEnv range, bounded by ``mark_dynamic(min=,
+        max=)``). An unbounded range holds in no band with a ``max_width``, so such a rule
+        is skipped, never applied to widths outside its band."""
+        lo, hi = (facts.width, facts.width) if facts.width is not None else facts.width_bounds
+        return lo >= self.min_width and (self.max_width is None or (hi is not None and hi < self.max_width))
 
 
 @dataclass(frozen=True)
@@ -70,6 +80,7 @@ class Facts:
     compress_ratio: int = 1
     width: Optional[int] = None  # None when symbolic
     stable: bool = False
+    width_bounds: tuple[int, Optional[int]] = (0, None)  # symbolic width: [lo, hi] inclusive, hi None = unbounded
 
 
 @dataclass(frozen=True)
@@ -91,10 +102,10 @@ def device_platform(device_type: str) -> tuple[str, str]:
 
 
 def facts_for(device: torch.device | str, k: int, compress_ratio: int = 1, width: Optional[int] = None,
-              stable: bool = False) -> Facts:
+              stable: bool = False, width_bounds: tuple[int, Optional[int]] = (0, None)) -> Facts:
     dtype = torch.device(device).type
     platform, arch = device_platform(dtype)
-    return Facts(platform, arch, dtype, k, compress_ratio, width, stable)
+    return Facts(platform, arch, dtype, k, compress_ratio, width, stable, width_bounds)
 
 
 @dataclass(frozen=True)
@@ -114,6 +125,11 @@ class Policy:
         rules = self.decode if family == "decode" else self.prefill
         for i, rule in enumerate(rules):
             if not rule.matches(facts, long):
+                if facts.width is None and rule.matches_but_band(facts, long):
+                    lo, hi = facts.width_bounds
+                    skipped.append(f"rule {i} ({rule.backend}): the width is symbolic in [{lo}, "
+                                   f"{'inf' if hi is None else hi}], not inside the band [{rule.min_width}, "
+                                   f"{'inf' if rule.max_width is None else rule.max_width})")
                 continue
             query = Query(family, facts.device_type, facts.k, facts.width, facts.stable, facts.compress_ratio)
             try:
@@ -192,7 +208,17 @@ def from_dict(d: dict[str, Any], source: str = "<dict>") -> Policy:
                     raise ValueError(f"{where}.{name}: expected a non-negative int or null, got {v!r}")
             if fam == "decode" and r.get("long") is not None:
                 raise ValueError(f"{where}.long: only prefill rules may name a threshold side")
-            get_backend(r["backend"])  # ValueError lists the registered backends
+            if not isinstance(r["backend"], str):
+                raise ValueError(f"{where}.backend: expected a backend name (a string), got {r['backend']!r}")
+            try:
+                get_backend(r["backend"])
+            except ValueError as exc:  # "backend: no backend named ...; registered: [...]"
+                raise ValueError(f"{where}.{exc}") from None
+            for name in ("why", "platform", "arch"):
+                if name in r and not isinstance(r[name], str):
+                    raise ValueError(f"{where}.{name}: expected a string, got {r[name]!r}")
+            if r.get("long") is not None and not isinstance(r["long"], bool):
+                raise ValueError(f"{where}.long: expected true, false or null, got {r['long']!r}")
             out.append(Rule(**r))
         families[fam] = tuple(out)
     thr = d.get("prefill_threshold", AITER_MIN_PREFILL_SEQLEN)

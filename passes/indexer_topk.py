@@ -60,12 +60,22 @@ def _arg(node_args: tuple, node_kwargs: dict, name: str) -> Any:
     return node_kwargs.get(name, _SCHEMA_DEFAULTS.get(name))
 
 
-def _width(logits: Any) -> Optional[int]:
+def _width(logits: Any) -> tuple[Optional[int], tuple[int, Optional[int]]]:
+    """(width, bounds): the width when it is an int; for a symbolic width None and its value
+    range from the ShapeEnv ([lo, hi], hi None when unbounded), which a width-band rule must
+    cover whole to apply (:meth:`dsa_ops.policy.Rule.band_holds`)."""
     val = logits.meta.get("val") if isinstance(logits, fx.Node) else None
     if val is None:
-        return None
+        return None, (0, None)
     w = val.shape[1]
-    return w if isinstance(w, int) else None  # symbolic width: no width-band rule can match
+    if isinstance(w, int):
+        return w, (w, w)
+    try:
+        rng = w.node.shape_env.bound_sympy(w.node.expr)
+        lo, hi = int(rng.lower), rng.upper
+        return None, (max(lo, 0), int(hi) if hi.is_finite else None)
+    except Exception:  # no range known: unbounded
+        return None, (0, None)
 
 
 def _device(logits: Any) -> str:
@@ -97,8 +107,8 @@ def rewrite_graph(graph: fx.Graph, policy: Optional[policy_mod.Policy] = None) -
         logits = _arg(args, kwargs, "logits")
         k, cr = _arg(args, kwargs, "k"), _arg(args, kwargs, "compress_ratio")
         stable = bool(_arg(args, kwargs, "stable"))
-        width = _width(logits)
-        facts = policy_mod.facts_for(_device(logits), k, cr, width, stable)
+        width, bounds = _width(logits)
+        facts = policy_mod.facts_for(_device(logits), k, cr, width, stable, bounds)
         choice = pol.choose("decode", facts)
         backend = get_backend(choice.backend)
         if form == "functional":

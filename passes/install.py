@@ -70,11 +70,20 @@ def install(policy: Optional[policy_mod.Policy] = None) -> Iterator[IndexerTopKP
     """Scoped install into ``torch._inductor.config`` (composed with what is there).
 
     Yields the pass, whose ``rewrites`` list what it did. The previous value is restored
-    on exit. Compilation happens at the first call, so call the compiled function inside
-    the block.
+    on exit. Compilation happens at the first call, and Inductor reads its config at each
+    compile: a graph compiled after the block (a recompile on a new shape, say) runs
+    without the pass. It still computes the right answer (the generic op's kernel is the
+    reference), and dsa_ops warns when such a graph runs. For a compiled function that
+    outlives the block, use ``torch.compile(fn, options=inductor_options())``, which keeps
+    the pass on every recompile.
     """
     from torch._inductor import config
 
+    from dsa_ops import ops
+
     ours = IndexerTopKPass(policy)
-    with config.patch(post_grad_custom_post_pass=compose(config.post_grad_custom_post_pass, ours)):
-        yield ours
+    try:
+        with config.patch(post_grad_custom_post_pass=compose(config.post_grad_custom_post_pass, ours)):
+            yield ours
+    finally:
+        ops.note_scoped_pass_left()

@@ -195,3 +195,49 @@ def test_no_global_write_at_import():
     before = inductor_config.post_grad_custom_post_pass
     importlib.reload(passes)
     assert inductor_config.post_grad_custom_post_pass is before
+
+
+def test_recompile_after_scoped_install_warns():
+    """Item 3 of issue #24: a graph compiled inside ``with passes.install():`` keeps its
+    rewrite, but a recompile after the block (a new shape) compiles without the pass. That
+    graph still computes the right answer (the generic op's kernel is the reference), and
+    it says so, naming the persistent form, on the CPU too."""
+    ops._warn_generic_after_scope.cache_clear()
+
+    def step(x, l):
+        return dsa_ops.topk_decode(x, l, k=32)
+
+    x, lengths = _inputs()
+    with inductor_config.patch(fx_graph_cache=False):
+        torch._dynamo.reset()
+        with passes.install(_policy_to("torch_topk")) as ours:
+            compiled = torch.compile(step, fullgraph=True)
+            assert_decode_equivalent(compiled(x, lengths), x, lengths, 32)
+        assert ours.count == 1
+        x2, lengths2 = _inputs(rows=7, width=500, seed=1)
+        with pytest.warns(UserWarning, match=r"passes\.install\(\).*inductor_options"):
+            out = compiled(x2, lengths2)  # recompiled outside the block
+    assert ours.count == 1  # the pass did not see the recompile
+    assert_decode_equivalent(out, x2, lengths2, 32)
+
+
+def test_persistent_form_survives_recompiles():
+    """``options=passes.inductor_options(...)`` travels with the compiled function: a
+    recompile on a new shape runs the pass again and nothing warns."""
+    import warnings
+
+    ops._warn_generic_after_scope.cache_clear()
+    pass_ = passes.IndexerTopKPass(_policy_to("torch_topk"))
+
+    def step(x, l):
+        return dsa_ops.topk_decode(x, l, k=32)
+
+    with inductor_config.patch(fx_graph_cache=False):
+        torch._dynamo.reset()
+        compiled = torch.compile(step, fullgraph=True, options=passes.inductor_options(pass_=pass_))
+        for rows, width in ((4, 300), (7, 500)):
+            x, lengths = _inputs(rows, width)
+            with warnings.catch_warnings():
+                warnings.simplefilter("error", UserWarning)
+                assert_decode_equivalent(compiled(x, lengths), x, lengths, 32)
+    assert pass_.count == 2 and all(r.backend == "torch_topk" for r in pass_.rewrites)

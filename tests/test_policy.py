@@ -116,3 +116,25 @@ def test_explicit_request_for_unavailable_backend_says_why():
     with standin_backend("standin_off", available=False) as name:
         with pytest.raises(ValueError, match="not available: stand-in marked unavailable"):
             dsa_ops.topk_decode(torch.randn(2, 10), torch.tensor([3, 4], dtype=torch.int32), k=4, backend=name)
+
+
+@pytest.mark.parametrize("fam, rule, field, expected", [
+    ("decode", {"backend": "nope"}, "backend", "no backend named 'nope'"),
+    ("prefill", {"backend": 7}, "backend", "expected a backend name"),
+    ("decode", {"backend": "reference", "why": 3}, "why", "expected a string"),
+    ("decode", {"backend": "reference", "arch": None}, "arch", "expected a string"),
+    ("prefill", {"backend": "reference", "long": "yes"}, "long", "expected true, false or null"),
+])
+def test_bad_rule_names_the_file_and_the_field(tmp_path, fam, rule, field, expected):
+    """docs/policy.md: each bad rule is a ValueError naming the file and the field, e.g.
+    ``policy (path): decode[1].backend: ...``; an unknown backend also lists the known ones."""
+    import re
+
+    path = tmp_path / "bad.json"
+    d = P.DEFAULT.to_dict()
+    d[fam] = [{"backend": "reference"}, rule]
+    path.write_text(json.dumps(d))
+    with pytest.raises(ValueError, match=re.escape(f"policy ({path}): {fam}[1].{field}: {expected}")) as exc:
+        P.load(path)
+    if expected.startswith("no backend"):
+        assert "registered: [" in str(exc.value) and "'reference'" in str(exc.value)

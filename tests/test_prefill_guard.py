@@ -7,7 +7,7 @@ import torch
 from torch._dynamo.testing import CompileCounterWithBackend
 
 import dsa_ops
-from dsa_ops import ops
+from dsa_ops import api, ops
 from dsa_ops import policy as P
 from dsa_ops.testing import assert_prefill_equivalent
 from tests.standins import standin_backend
@@ -55,12 +55,21 @@ def test_eager_host_branch(routed, monkeypatch):
     calls = []
     real = ops.backend_op
     monkeypatch.setattr(ops, "backend_op", lambda name, fam, out=False: calls.append(name) or real(name, fam, out))
-    for m, want in ((1, "torch_topk"), (THRESHOLD - 1, "torch_topk"), (THRESHOLD, routed), (10**6, routed),
-                    (None, "torch_topk")):
+    cases = ((1, "torch_topk"), (THRESHOLD - 1, "torch_topk"), (THRESHOLD, routed), (10**6, routed),
+             (None, "torch_topk"))
+    api._ROUTES.clear()
+    for m, want in cases:
         calls.clear()
+        api._ROUTES.clear()  # each call resolves its route afresh
         out = dsa_ops.topk_prefill(x, s, e, k=64, max_seqlen_k=m)
         assert calls == [want], (m, calls)
         assert_prefill_equivalent(out, x, s, e, 64)
+    # Repeat calls take the cached route of their side of the threshold: one route per side.
+    for m, want in cases:
+        calls.clear()
+        out = dsa_ops.topk_prefill(x, s, e, k=64, max_seqlen_k=m)
+        assert_prefill_equivalent(out, x, s, e, 64)
+    assert sorted(r.backend.name for r in api._ROUTES.values()) == sorted(["torch_topk", routed])
 
 
 @pytest.mark.parametrize("how", ["dynamic_sources", "dynamic=True"])

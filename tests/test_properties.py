@@ -50,8 +50,8 @@ def _logits(draw, rows: int, exact: bool):
 def decode_case(draw, exact: bool):
     layout = draw(st.sampled_from(["per_row", "per_row_2d", "per_request"]))
     next_n = draw(st.sampled_from([1, 2, 4]))
-    groups = draw(st.integers(0, MAX_ROWS // next_n if layout != "per_row" else MAX_ROWS))
-    rows = groups * next_n if layout != "per_row" else groups
+    groups = draw(st.integers(0, MAX_ROWS // next_n))
+    rows = groups * next_n  # with next_n > 1 the rows are whole requests in every layout
     x = draw(_logits(rows, exact))
     n = groups if layout == "per_request" else rows
     vals = draw(st.lists(st.integers(-3, x.shape[1] + 3), min_size=n, max_size=n))

@@ -1,24 +1,31 @@
-"""Developer tools that run without a GPU: the offline sm_90 compile of the radix kernel, the
-read probe's kernels under the interpreter."""
+"""The developer probes (``dsa_ops.devtools``) that run without a GPU: the offline sm_90 compile
+of the radix kernel, the stall report, the read and floor probes' kernels under the interpreter,
+each run the way its docstring says (``python -m dsa_ops.devtools.<probe>``)."""
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 triton = pytest.importorskip("triton")
-TOOL = Path(__file__).resolve().parents[1] / "tools" / "offline_sass.py"
+ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
 
 
 def _tool():
-    spec = importlib.util.spec_from_file_location("offline_sass", TOOL)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return importlib.import_module("dsa_ops.devtools.offline_sass")
+
+
+def _run_module(name, *args):
+    """``python -m dsa_ops.devtools.<name> ARGS`` from the repository root, as the docs say."""
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    return subprocess.run([sys.executable, "-m", f"dsa_ops.devtools.{name}", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=600)
 
 
 @pytest.mark.skipif(not os.access(BIN / "cuobjdump", os.X_OK) or not os.access(BIN / "ptxas", os.X_OK),
@@ -40,11 +47,9 @@ def test_offline_sass_reports_the_read_loop(capsys, tmp_path):
 
 
 def test_ncu_stalls_groups_samples_by_loop(capsys, tmp_path):
-    """tools/ncu_stalls.py on a made-up source page: a 3-instruction loop with 90 of 100
+    """dsa_ops.devtools.ncu_stalls on a made-up source page: a 3-instruction loop with 90 of 100
     samples (60 long scoreboard, 30 wait), and the rows of an address range."""
-    spec = importlib.util.spec_from_file_location("ncu_stalls", TOOL.parent / "ncu_stalls.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = importlib.import_module("dsa_ops.devtools.ncu_stalls")
     head = ["Address", "Source", "Warp Stall Sampling (All Samples)", "Instructions Executed", "stall_long_sb",
             "stall_wait", "stall_long_sb (Not Issued)"]
     body = [["0x100", "MOV R1, R2 ;", "10", "5", "0", "0", "0"],
@@ -63,13 +68,7 @@ def test_ncu_stalls_groups_samples_by_loop(capsys, tmp_path):
 def test_read_probe_selfcheck():
     """The read probe's kernels (shipped lane loads, vector loads, cp.async, TMA) count the
     same keys as torch on ragged windows, under the interpreter on the CPU."""
-    import subprocess
-    import sys
-
-    root = Path(__file__).resolve().parents[1]
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    res = subprocess.run([sys.executable, str(root / "tools" / "read_probe.py"), "--selfcheck"], cwd=root, env=env,
-                         capture_output=True, text=True, timeout=600)
+    res = _run_module("read_probe", "--selfcheck")
     assert res.returncode == 0, (res.stdout + res.stderr)[-3000:]
     assert [line.split(":")[0] for line in res.stdout.split()[::2]] == ["lanes", "flat", "async", "tma"], res.stdout
 
@@ -78,13 +77,7 @@ def test_floor_probe_selfcheck():
     """The floor probe's kernels (a read and count with barriers or a last arriver, the
     sample sort, the bin choice) agree with torch on small shapes under the interpreter, and
     the skeletons' bin choice is stored and checked (a discarded one may be compiled away)."""
-    import subprocess
-    import sys
-
-    root = Path(__file__).resolve().parents[1]
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    res = subprocess.run([sys.executable, str(root / "tools" / "floor_probe.py"), "--selfcheck"], cwd=root, env=env,
-                         capture_output=True, text=True, timeout=600)
+    res = _run_module("floor_probe", "--selfcheck")
     assert res.returncode == 0, (res.stdout + res.stderr)[-3000:]
     lines = res.stdout.splitlines()
     assert len(lines) == 5 and all(line.endswith(": ok") for line in lines), res.stdout

@@ -102,6 +102,20 @@ def test_decode_per_request_layout(gen, next_n):
 
 
 @interp
+@pytest.mark.parametrize("next_n", [2, 4])
+@pytest.mark.parametrize("stable", [False, True])
+def test_decode_per_request_lengths_near_int_min(gen, next_n, stable):
+    """A request length near INT_MIN minus the draft offset must clamp to 0 (all -1), not wrap
+    to ~2^31 in int32 and clamp to W (issue #25: 8 indices in row 0 at -2^31, next_n = 2)."""
+    k, width = 8, 300
+    per_req = torch.tensor([-2**31, -2**31 + 1, 2**31 - 1, 5], dtype=torch.int32)
+    x = logits(gen, 4 * next_n, width)
+    got = dsa_ops.topk_decode(x, per_req, k, next_n, backend="triton", stable=stable, out=poisoned_out(4 * next_n, k))
+    assert (got[: 2 * next_n] == -1).all(), got[: 2 * next_n]
+    assert_decode_equivalent(got, x, per_req, k, next_n, stable=stable)
+
+
+@interp
 @pytest.mark.parametrize("slices, cap", [(1, None), (3, None), (16, None), (2, 64), (1, 64)])
 @pytest.mark.parametrize("kind", ["randn", "ties"])
 def test_launch_modes(gen, slices, cap, kind):
@@ -529,17 +543,78 @@ def test_radix_plan_split_and_its_off_switch(monkeypatch):
                   torch.zeros(1, 4, dtype=torch.int32), dbits=13)
 
 
-def test_workspaces_are_cached_per_kernel_and_size():
-    """Both kernels' workspaces come from one cache: same sizes -> same tensors, the radix one
-    zeroed, and the two kernels never share an entry."""
+@interp
+def test_grown_workspace_serves_every_later_shape(gen, monkeypatch):
+    """One grown workspace serves launches of any rows and width in any order (a larger buffer
+    than the plan asks for, cut to its slots), for both kernels, and stays one buffer a kernel."""
+    from dsa_ops.backends.triton import launch
+
+    monkeypatch.setattr(launch, "_WORKSPACES", {})
+    monkeypatch.setattr(launch, "_RETIRED", [])
+    for rows, width, k in ((1, 6000, 512), (3, 300, 16), (2, 5000, 64), (5, 800, 512), (9, 2100, 64), (1, 300, 8)):
+        x = logits(gen, rows, width, "ties" if rows % 2 else "randn")
+        lt = torch.randint(0, width + 20, (rows,), generator=gen, dtype=torch.int32)
+        got = dsa_ops.topk_decode(x, lt, k, backend="triton", out=poisoned_out(rows, k))
+        assert_decode_equivalent(got, x, lt, k)
+        s = torch.randint(0, width // 2, (rows,), generator=gen, dtype=torch.int32)
+        got = dsa_ops.topk_prefill(x, s, lt, k, backend="triton", stable=True, out=poisoned_out(rows, k))
+        assert_prefill_equivalent(got, x, s, lt, k, stable=True)
+    assert sorted(key[-1] for key in launch._WORKSPACES) == ["pivot", "radix"]
+
+
+def _sweep_bytes(monkeypatch, rows_list, width: int) -> tuple[int, int]:
+    """(bytes the cache holds, bytes of the largest single request) after asking for the radix
+    workspace of every row count's plan on a simulated 132-multiprocessor CUDA device."""
     from dsa_ops.backends.triton import launch, radix_launch
 
+    monkeypatch.setattr(launch, "_WORKSPACES", {})
+    monkeypatch.setattr(launch, "_RETIRED", [])
+    monkeypatch.setattr(radix_launch, "_num_sms", lambda device_type, index: 132)
+    monkeypatch.setattr(radix_launch.torch.version, "hip", None)
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    largest = slots = stride = 0
+    for rows in rows_list:
+        p, _ = radix_launch.launch_plan(rows, width, cuda, lanes=None)
+        ws = radix_launch.workspace(cpu, p.grid0, p.ws_stride)
+        assert ws.shape[0] == p.grid0 and ws.stride(0) >= p.ws_stride
+        largest = max(largest, 4 * p.grid0 * p.ws_stride)
+        slots, stride = max(slots, p.grid0), max(stride, p.ws_stride)
+    assert len(launch._WORKSPACES) == 1 and (ws == 0).all()
+    return launch.workspace_bytes(), 4 * slots * stride
+
+
+@pytest.mark.parametrize("rows_list, width, bound_mib", [
+    (range(1, 1056), 131072, 360),  # prefill chunks of every row count (was ~167 GiB projected)
+    (range(1, 513), 163840, 360),  # decode batches of every size (was ~48 GiB projected)
+    (list(range(512, 0, -1)) + list(range(1, 41)), 133120, 360),  # shrinking, then growing again
+])
+def test_workspace_memory_bounded_over_row_counts(monkeypatch, rows_list, width, bound_mib):
+    """Issue #25: the workspace cache keyed every (slots, stride), so a serving process that sees
+    every row count kept one workspace each. Now one buffer a kernel and stream, at most 1/8
+    over the largest slots x the largest stride asked for."""
+    held, largest = _sweep_bytes(monkeypatch, rows_list, width)
+    assert held <= largest * 9 // 8 and held <= bound_mib << 20, (held / 2**20, largest / 2**20)
+
+
+def test_workspaces_are_cached_per_kernel_and_size(monkeypatch):
+    """Both kernels' workspaces come from one cache: a request the cached buffer holds gets the
+    same memory, the radix one zeroed, the two kernels never share an entry; a larger request
+    grows the buffer (rows rounded up), a smaller one is served from it, cut to its rows."""
+    from dsa_ops.backends.triton import launch, radix_launch
+
+    monkeypatch.setattr(launch, "_WORKSPACES", {})
+    monkeypatch.setattr(launch, "_RETIRED", [])
     cpu = torch.device("cpu")
     ws, cnt = launch.workspace(cpu, 2, 64)
-    assert launch.workspace(cpu, 2, 64)[0] is ws and (cnt == 0).all()
+    again = launch.workspace(cpu, 2, 64)
+    assert again[0].data_ptr() == ws.data_ptr() and again[1].data_ptr() == cnt.data_ptr() and (cnt == 0).all()
     rw = radix_launch.workspace(cpu, 2, 64)
-    assert rw is radix_launch.workspace(cpu, 2, 64) and rw is not ws and (rw == 0).all()
-    assert radix_launch.workspace(cpu, 3, 64).shape == (3, 64)
+    assert rw.data_ptr() == radix_launch.workspace(cpu, 2, 64).data_ptr() != ws.data_ptr() and (rw == 0).all()
+    grown = radix_launch.workspace(cpu, 3, 64)
+    assert grown.shape == (3, 64) and grown.data_ptr() != rw.data_ptr()
+    small = radix_launch.workspace(cpu, 1, 40)
+    assert small.shape == (1, 64) and small.data_ptr() == grown.data_ptr()
+    assert launch.workspace_bytes() == 4 * 2 * 64 + 8 * 2 * launch.CNT_STRIDE + 4 * 3 * 64
 
 
 def test_radix_bracket_switch(monkeypatch):
@@ -649,6 +724,38 @@ def test_gpu_adversarial(kind):
     for stable in (False, True):
         got = dsa_ops.topk_decode(x, lt, 2048, backend="triton", stable=stable)
         assert_decode_equivalent(got, x, lt, 2048, stable=stable)
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_gpu_workspace_memory_bounded_over_row_counts():
+    """Issue #25 on the device: decode at every batch size 1..256 (W 163840) and prefill chunks
+    of 1..1055 rows (W 131072, every 16th count) leave the allocator's memory bounded by the
+    largest call's workspace (x2), not growing with the number of shapes seen."""
+    from dsa_ops.backends.triton import launch
+
+    launch._WORKSPACES.clear()
+    launch._RETIRED.clear()
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    x = torch.randn(1055, 163840, device="cuda")
+    held = []
+    for rows in range(1, 257):
+        lt = torch.full((rows,), 131072, dtype=torch.int32, device="cuda")
+        dsa_ops.topk_decode(x[:rows], lt, 2048, backend="triton")
+        held.append(launch.workspace_bytes())
+    xp = x[:, :131072]
+    for rows in list(range(1, 1056, 16)) + [1055]:
+        s = torch.zeros(rows, dtype=torch.int32, device="cuda")
+        e = torch.full((rows,), 131072, dtype=torch.int32, device="cuda")
+        got = dsa_ops.topk_prefill(xp[:rows], s, e, 2048, backend="triton")
+        held.append(launch.workspace_bytes())
+    assert_prefill_equivalent(got[-4:], xp[rows - 4:rows], s[-4:], e[-4:], 2048)
+    torch.cuda.synchronize()
+    grown = torch.cuda.memory_allocated() - base - x.numel() * 4
+    print(f"workspace bytes after decode sweep {held[255] / 2**20:.1f} MiB, after prefill sweep "
+          f"{held[-1] / 2**20:.1f} MiB; allocator growth {grown / 2**20:.1f} MiB")
+    assert held[-1] <= 400 << 20 and grown <= 2 * held[-1] + (64 << 20), (held[-1], grown)
 
 
 @pytest.mark.gpu

@@ -4,6 +4,7 @@ checks versus the default clamping."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 import pytest
@@ -69,6 +70,8 @@ COMMON = {
     "out_pitch_gt_k": Case("out", {"out": data.poisoned_out(R, 2 * K)[:, :K]}),
     "out_transposed": Case("out", {"out": data.poisoned_out(K, R).t()}),
     "out_other_device": Case("out", {"out": torch.empty(R, K, dtype=torch.int32, device=META)}),
+    "stable_str": Case("stable", {"stable": "no"}, direct=False),
+    "stable_int": Case("stable", {"stable": 1}, direct=False),
 }
 
 
@@ -98,6 +101,16 @@ DECODE = {
         says="ambiguous",
     ),
     "lengths_per_request_wrong_batch": Case("lengths", {"lengths": data.i32([5, 9, 7]), "next_n": 2}),
+    # issue #24 item 4: name the real problem, and list a shape once
+    "lengths_rows_not_multiple_of_next_n": Case(
+        "lengths",
+        {"logits": torch.randn(6, W), "lengths": data.i32([5]), "next_n": 4, "out": data.poisoned_out(6, K)},
+        says="6 logits rows are not a multiple of next_n=4",
+    ),
+    "lengths_next_n_1_wrong_size": Case("lengths", {"lengths": data.i32([5, 9, 7])},
+                                        says=f"expected shape ({R},), one length per logits row, got shape (3,)"),
+    # issue #24 item 5: per-row lengths with a next_n that does not divide the rows
+    "next_n_per_row_not_multiple": Case("next_n", {"next_n": 3}, says="not a multiple of next_n=3"),
     "next_n_zero": Case("next_n", {"next_n": 0}),
     "next_n_negative": Case("next_n", {"next_n": -2}),
     "next_n_float": Case("next_n", {"next_n": 1.0}, direct=False),
@@ -109,6 +122,7 @@ PREFILL = {
     "row_ends_2d": Case("row_ends", {"row_ends": data.i32([[0], [30], [W], [45]])}),
     "max_seqlen_k_float": Case("max_seqlen_k", {"max_seqlen_k": 5.0}, direct=False),
     "max_seqlen_k_tensor": Case("max_seqlen_k", {"max_seqlen_k": torch.tensor(5)}, direct=False),
+    "max_seqlen_k_negative": Case("max_seqlen_k", {"max_seqlen_k": -1}, direct=False),
 }
 CASES = {"decode": DECODE, "prefill": PREFILL}
 
@@ -116,10 +130,12 @@ CASES = {"decode": DECODE, "prefill": PREFILL}
 def _call_api(family: str, a: dict, use_out: bool, **extra):
     out = a["out"] if use_out else None
     if family == "decode":
+        extra = {**({"stable": a["stable"]} if "stable" in a else {}), **extra}
         return dsa_ops.topk_decode(
             a["logits"], a["lengths"], a["k"], a["next_n"], compress_ratio=a["compress_ratio"], out=out, **extra
         )
     kw = {"max_seqlen_k": a["max_seqlen_k"]} if "max_seqlen_k" in a else {}
+    kw.update({"stable": a["stable"]} if "stable" in a else {})
     return dsa_ops.topk_prefill(
         a["logits"], a["row_starts"], a["row_ends"], a["k"], compress_ratio=a["compress_ratio"], out=out, **kw, **extra
     )
@@ -165,7 +181,7 @@ def _params(family: str) -> list:
                 continue  # the op's schema types already refuse it
             if case.arg == "out" and not use_out:
                 continue
-            if case.arg == "max_seqlen_k" and ep != "api":
+            if case.arg in ("max_seqlen_k", "stable") and ep != "api":
                 continue
             out.append(pytest.param(case, ep, use_out, id=f"{entry.id}-{name}"))
     return out
@@ -191,7 +207,7 @@ def test_fake_kernels_reject_the_same_input(family, name):
     mode = FakeTensorMode()
     real = {**_good(family), **case.change}
     a = {n: mode.from_tensor(v) if isinstance(v, torch.Tensor) else v for n, v in real.items()}
-    with mode, pytest.raises(ValueError, match=f"^{case.arg}:.*{case.says}"):
+    with mode, pytest.raises(ValueError, match=f"^{case.arg}:.*{re.escape(case.says)}"):
         _call_op(dsa_ops.ops.generic_op(family, out=case.arg == "out"), family, a, case.arg == "out")
 
 
@@ -225,9 +241,18 @@ def test_unsupported_backend_request_is_rejected():
 DECODE_VALUES = {
     "length_past_width": (data.i32([0, 10, W + 1, 20]), 1),
     "negative_length": (data.i32([0, -1, W, 20]), 1),
-    "per_request_row_negative": (data.i32([0, 30]), 2),  # row 0 gets L = 0 - 2 + 1 = -1
+    "per_request_negative": (data.i32([-1, 30]), 2),
     "per_request_row_past_width": (data.i32([10, W + 1]), 2),
 }
+
+
+@pytest.mark.parametrize("lengths", [[0, 5], [1, 0]])
+def test_decode_check_accepts_padded_mtp_requests(lengths):
+    """Issue #25: per-request lengths whose draft rows come out negative (request length 0 or 1
+    with next_n = 2: L - 2 + 1 + j < 0) are normal padded rows; check=True must accept them."""
+    a = {**_good("decode"), "lengths": data.i32(lengths), "next_n": 2}
+    got = _call_api("decode", a, False, check=True)
+    assert torch.equal(got, oracle.topk_decode(a["logits"], a["lengths"], K, 2, "per_request"))
 
 
 @pytest.mark.parametrize("name", list(DECODE_VALUES))
@@ -264,3 +289,50 @@ def test_prefill_check_raises_default_clamps(name):
 def test_check_accepts_valid_values(family):
     a = _good(family)
     assert torch.equal(_call_api(family, a, False, check=True), _call_api(family, a, False))
+
+
+def _overlapping_out(into: str) -> dict:
+    """A good call whose out shares bytes with the logits or an index tensor."""
+    a = _good("decode")
+    buf = torch.zeros(R * W + R * K, dtype=torch.int32)
+    if into == "logits":
+        a["logits"] = buf[: R * W].view(torch.float32).view(R, W).copy_(a["logits"])
+        a["out"] = buf[R * W - 3: R * W - 3 + R * K].view(R, K)
+    else:
+        a["out"] = buf[: R * K].view(R, K)
+        a["lengths"] = buf[R * K - 2: R * K + 2].copy_(a["lengths"])
+    return a
+
+
+@pytest.mark.parametrize("into", ["logits", "lengths"])
+@pytest.mark.parametrize("entry", ["api", "op"])
+def test_out_overlapping_an_input_is_rejected(into, entry):
+    """Issue #25 item 8: an ``out`` that shares memory with the logits or the lengths would be
+    read while written; the API and the ops refuse it by name and write nothing."""
+    a = _overlapping_out(into)
+    before = a["out"].clone()
+    with pytest.raises(ValueError, match=f"^out: overlaps {into}"):
+        if entry == "api":
+            _call_api("decode", a, True)
+        else:
+            _call_op(dsa_ops.ops.backend_op("reference", "decode", out=True), "decode", a, True)
+    assert torch.equal(a["out"], before)
+
+
+@pytest.mark.parametrize("family", ["decode", "prefill"])
+def test_empty_batch_from_numpy_is_accepted(family):
+    """Issue #25 item 5: numpy's (0, W) arrays have strides (0, 0); an empty batch addresses no
+    memory, so no stride rule applies and the result is an empty (0, k) tensor."""
+    np = pytest.importorskip("numpy")
+    x = torch.from_numpy(np.zeros((0, 5), np.float32))
+    assert x.stride() == (0, 0)
+    empty = data.i32([])
+    got = (dsa_ops.topk_decode(x, empty, k=4) if family == "decode"
+           else dsa_ops.topk_prefill(x, empty, empty, k=4))
+    assert got.shape == (0, 4) and got.dtype == torch.int32
+
+
+def test_stable_and_max_seqlen_k_accept_their_legal_values():
+    a = _good("prefill")
+    for stable in (None, False, True):
+        _call_api("prefill", {**a, "stable": stable, "max_seqlen_k": 0}, False)

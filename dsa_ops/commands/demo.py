@@ -45,10 +45,17 @@ def build_step(device: str, batch: int, width: int, layers: int, k: int, seed: i
 def run(args: argparse.Namespace) -> int:
     import dsa_ops
     import passes
+    from dsa_ops.commands import checks
     from dsa_ops.indexer import indexer_logits
     from dsa_ops.testing import assert_decode_equivalent
     from torch._inductor import config as inductor_config
 
+    checks.device(args.device)
+    for option, low in (("batch", 1), ("width", 1), ("layers", 1)):
+        checks.at_least(option, getattr(args, option), low)
+    checks.top_k(args.k)
+    checks.compile_backend(args.compile_backend)
+    pol = checks.policy(None)
     step, (h, kc, lengths) = build_step(args.device, args.batch, args.width, args.layers, args.k, args.seed)
     print(f"dsa-ops {dsa_ops.__version__} demo on {args.device}: {args.layers} indexer layers, "
           f"batch {args.batch}, W={args.width}, k={args.k}")
@@ -62,15 +69,17 @@ def run(args: argparse.Namespace) -> int:
         valid = (got[0] >= 0).sum(dim=1).tolist()
         print(f"  {name}: matches the reference on all {args.layers} layers; valid slots per row {valid}")
 
-    pol = dsa_ops.policy.current()
     with torch.no_grad():
         t0 = time.perf_counter()
         eager = step(h, kc, lengths)
         print(f"eager     {1e3 * (time.perf_counter() - t0):8.1f} ms")
         check("eager", eager, lengths)
-        # fx_graph_cache off so the pass visibly runs (a cache hit would skip it).
-        with passes.install(pol) as pass_, inductor_config.patch(fx_graph_cache=False):
-            compiled = torch.compile(step, fullgraph=True, backend=args.compile_backend)
+        # The pass travels in the compile options, so a recompile keeps it; fx_graph_cache
+        # off so the pass visibly runs (a cache hit would skip it).
+        pass_ = passes.IndexerTopKPass(pol)
+        opts = passes.inductor_options(pass_=pass_) if args.compile_backend == "inductor" else None
+        with inductor_config.patch(fx_graph_cache=False):
+            compiled = torch.compile(step, fullgraph=True, backend=args.compile_backend, options=opts)
             t0 = time.perf_counter()
             got = compiled(h, kc, lengths)
             print(f"compiled  {1e3 * (time.perf_counter() - t0):8.1f} ms (first call: {args.compile_backend} compile)")

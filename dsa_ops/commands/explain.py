@@ -58,9 +58,14 @@ def run(args: argparse.Namespace) -> int:
     import dsa_ops
     import passes
     from dsa_ops import policy as P
+    from dsa_ops.commands import checks
     from dsa_ops.commands.demo import build_step
 
-    pol = P.load(args.policy) if args.policy else P.current()
+    checks.device(args.device)
+    checks.at_least("width", args.width, 1)
+    checks.at_least("layers", args.layers, 1)
+    checks.top_k(args.k)
+    pol = checks.policy(args.policy)
     step, example = build_step(args.device, batch=4, width=args.width, layers=args.layers, k=args.k, seed=0)
     print(f"policy: {pol.name} (hash {pol.content_hash()[:16]}), prefill threshold {pol.prefill_threshold}, "
           f"stable={pol.stable}")

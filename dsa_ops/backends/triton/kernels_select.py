@@ -29,16 +29,19 @@ def _skey(x):
 def _row_window(r, lens, starts, ends, next_n, is_prefill, W, logits, stride_r, out, k):
     """Row r's live length L and its logits / out row pointers, from the device lengths.
 
-    Decode: L = lens[r // next_n] - next_n + 1 + r % next_n; prefill: window [s, e). Both
-    clamped to [0, W] (branch-free, masked loads); the logits pointer starts at the window.
+    Decode: L = lens[r // next_n] - next_n + 1 + r % next_n, computed in int64 so that lengths
+    near INT_MIN cannot wrap; prefill: window [s, e). Both clamped to [0, W] (branch-free,
+    masked loads); the logits pointer starts at the window.
     """
     pf = is_prefill != 0
     s_raw = tl.load(starts + r, mask=pf, other=0)
     e_raw = tl.load(ends + r, mask=pf, other=0)
-    l_raw = tl.load(lens + r // next_n, mask=is_prefill == 0, other=0) - next_n + 1 + r % next_n
+    # int64: a request length near INT_MIN minus the draft offset must not wrap to ~2^31.
+    l_raw = tl.load(lens + r // next_n, mask=is_prefill == 0, other=0).to(tl.int64) - next_n + 1 + r % next_n
     s0 = tl.where(pf, tl.minimum(tl.maximum(s_raw, 0), W), 0)
     e0 = tl.minimum(tl.maximum(e_raw, 0), W)
-    L = tl.where(pf, tl.maximum(e0 - s0, 0), tl.minimum(tl.maximum(l_raw, 0), W))
+    l_dec = tl.minimum(tl.maximum(l_raw, 0), W).to(tl.int32)
+    L = tl.where(pf, tl.maximum(e0 - s0, 0), l_dec)
     r64 = r + tl.zeros([], tl.int64)  # the loop index is a Python int in the interpreter
     return L, logits + r64 * stride_r + s0, out + r64 * k
 

@@ -3,15 +3,18 @@
 Graph safety: the plan (grid, slices, buffer capacity) depends only on host ints (R, W, k)
 and the device's multiprocessor count; nothing here reads device data or synchronises.
 
-Workspace: a cached allocation per (device, stream, sizes), never freed while the process
-lives. ``cnt`` (int64 counters) must be zero before a launch; it is zeroed once when
-allocated and every launch restores it (the last program of each row writes the zeros
-back), so replays of a captured graph need no memset. ``ws`` (int32 buffers) needs no
-initial value. Outside a capture they are allocated on a helper thread, so they never land
-in a graph's private pool (cudagraph trees route a thread's allocations there; see
-``cached_workspace``). A first use *inside* a capture takes graph-pool temporaries
-instead (cnt's memset is then part of that graph). Both paths serve manual capture and
-``torch.compile(mode="reduce-overhead")``.
+Workspace: one cached allocation per (device, stream, kernel), grown to the largest
+(slots, row stride) asked for so far and handed out as its first ``slots`` rows (the
+kernels address slots with the buffer's own row stride), so a serving process that sees
+every row count and chunk width holds one buffer of the largest size, not one per shape
+(see ``cached_workspace``). ``cnt`` (int64 counters) must be zero before a launch; it is
+zeroed when allocated and every launch restores it (the last program of each row writes
+the zeros back), so replays of a captured graph need no memset. ``ws`` (int32 buffers)
+needs no initial value. Outside a capture they are allocated on a helper thread, so they
+never land in a graph's private pool (cudagraph trees route a thread's allocations there).
+A first use *inside* a capture that the cached buffer cannot serve takes graph-pool
+temporaries instead (cnt's memset is then part of that graph). Both paths serve manual
+capture and ``torch.compile(mode="reduce-overhead")``.
 """
 
 from __future__ import annotations
@@ -83,34 +86,75 @@ def plan(rows: int, width: int, k: int, device: torch.device, slices: int | None
     return Plan(grid0=rows, slices=slices, split=True, count=slices >= 8 if count is None else count, cap=cap)
 
 
-_WORKSPACES: dict[tuple, object] = {}
+@dataclass
+class _Entry:
+    slots: int
+    stride: int
+    value: tuple  # tensors of shape (slots, ...)
+    captured: bool = False  # handed out inside a capture: a graph may replay it, never free it
 
 
-def cached_workspace(device: torch.device, key: tuple, make: Callable[[torch.device], T]) -> T:
-    """``make(device)``'s result, cached per (device, current stream, ``key``).
+_WORKSPACES: dict[tuple, _Entry] = {}  # (device type, index, stream, kernel) -> the grown buffer
+_RETIRED: list[tuple] = []  # outgrown buffers that a captured graph may still use (kept alive)
 
-    Outside a capture the cache is filled on a helper thread (``_allocate_outside_pools``).
-    A first use *inside* a capture returns an uncached ``make(device)`` instead: temporaries
-    from this graph's pool, living as long as the graph, their zeroing captured with it.
+
+def cached_workspace(device: torch.device, kind: str, slots: int, stride: int,
+                     make: Callable[[torch.device, int, int], tuple]) -> tuple:
+    """``make(device, S, T)``'s tensors (each of first dimension S, rows of stride T) with
+    S >= ``slots`` and T >= ``stride``, cut to their first ``slots`` rows; one buffer per
+    (device, current stream, ``kind``).
+
+    A request the cached buffer cannot hold replaces it (outside a capture) by one of
+    max(:func:`_round_slots` (slots), cached slots) x max(stride, cached stride), so the
+    cache holds at most 1/8 more than the largest slots times the largest stride asked
+    for, whatever sequence of shapes comes, after a bounded number of replacements.
+    The outgrown buffer is freed once the stream's queued work is done with it, unless it
+    was handed out inside a capture: a graph's kernels hold its address, so it is kept.
+    A request inside a capture that the cache cannot hold takes uncached ``make`` results:
+    temporaries from this graph's pool, living as long as the graph.
     """
-    stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
-    full = (device.type, device.index, stream) + key
+    stream = torch.cuda.current_stream(device) if device.type == "cuda" else None
+    full = (device.type, device.index, 0 if stream is None else stream.cuda_stream, kind)
     hit = _WORKSPACES.get(full)
+    capturing = device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+    if hit is not None and hit.slots >= slots and hit.stride >= stride:
+        hit.captured = hit.captured or capturing
+        return tuple(t[:slots] for t in hit.value)
+    if capturing:
+        return make(device, slots, stride)
+    grown_slots = max(_round_slots(slots), hit.slots if hit else 0)
+    grown_stride = max(stride, hit.stride if hit else 0)
+    value = _allocate_outside_pools(device, lambda dev: make(dev, grown_slots, grown_stride))
     if hit is not None:
-        return hit
-    if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
-        return make(device)
-    hit = _WORKSPACES[full] = _allocate_outside_pools(device, make)
-    return hit
+        if hit.captured:
+            _RETIRED.append(hit.value)
+        elif stream is not None:
+            for t in hit.value:  # the allocator reuses the memory only after this stream's queued kernels
+                t.record_stream(stream)
+    _WORKSPACES[full] = _Entry(grown_slots, grown_stride, value)
+    return tuple(t[:slots] for t in value)
+
+
+def _round_slots(slots: int) -> int:
+    """Slots rounded up to a multiple of a sixteenth of their power of two (at most 1/8 more;
+    a sweep of every row count then replaces the buffer at most 8 times per doubling)."""
+    step = max(1, _next_pow2(slots) // 16)
+    return -(-slots // step) * step
+
+
+def workspace_bytes() -> int:
+    """Bytes held by the workspace cache (current buffers and retired captured ones)."""
+    held = [e.value for e in _WORKSPACES.values()] + _RETIRED
+    return sum(t.numel() * t.element_size() for value in held for t in value)
 
 
 def workspace(device: torch.device, slots: int, ws_stride: int) -> tuple[Tensor, Tensor]:
-    """(ws int32 (slots, ws_stride), cnt int64 (slots, CNT_STRIDE) zeros), cached per stream."""
-    def make(dev: torch.device) -> tuple[Tensor, Tensor]:
-        return (torch.empty((slots, ws_stride), dtype=torch.int32, device=dev),
-                torch.zeros((slots, CNT_STRIDE), dtype=torch.int64, device=dev))
+    """(ws int32 (slots, >= ws_stride), cnt int64 (slots, CNT_STRIDE) zeros), cached per stream."""
+    def make(dev: torch.device, n: int, stride: int) -> tuple[Tensor, Tensor]:
+        return (torch.empty((n, stride), dtype=torch.int32, device=dev),
+                torch.zeros((n, CNT_STRIDE), dtype=torch.int64, device=dev))
 
-    return cached_workspace(device, ("pivot", slots, ws_stride), make)
+    return cached_workspace(device, "pivot", slots, ws_stride, make)
 
 
 def _allocate_outside_pools(device: torch.device, make: Callable[[torch.device], T]) -> T:

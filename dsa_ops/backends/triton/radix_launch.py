@@ -7,10 +7,12 @@ registers (``maxnreg``) so that that many always fit (ROCm: one per multiprocess
 every program of a row is resident while the others spin at a row barrier. Row mode (one program per row) has
 no waiting barrier and may use more programs than multiprocessors.
 
-Workspace: one int32 tensor per (device, stream, slots, stride), zeroed when allocated
-(outside any graph pool, see :func:`launch.cached_workspace`) and restored to zero
-by every launch, so graph replays need no memset. A first use inside a capture allocates
-a zeroed temporary from the graph's pool instead.
+Workspace: one int32 buffer per (device, stream), grown to the largest (slots, stride)
+asked for and cut to each launch's slots (the kernel addresses slots by the buffer's row
+stride; every plan's head region sits at a slot's start), zeroed when allocated (outside
+any graph pool, see :func:`launch.cached_workspace`) and restored to zero by every
+launch, so graph replays need no memset. A first use inside a capture that the cached
+buffer cannot hold allocates a zeroed temporary from the graph's pool instead.
 """
 
 from __future__ import annotations
@@ -266,9 +268,9 @@ def wagg_ok(device: torch.device, block: int, num_warps: int) -> bool:
 
 
 def workspace(device: torch.device, slots: int, stride: int) -> Tensor:
-    """int32 (slots, stride) zeros, cached per stream (see ``launch.cached_workspace``)."""
-    return cached_workspace(device, ("radix", slots, stride),
-                            lambda dev: torch.zeros((slots, stride), dtype=torch.int32, device=dev))
+    """int32 (slots, >= stride) zeros, one grown buffer per stream (see ``launch.cached_workspace``)."""
+    return cached_workspace(device, "radix", slots, stride,
+                            lambda dev, n, st: (torch.zeros((n, st), dtype=torch.int32, device=dev),))[0]
 
 
 def launch(logits: Tensor, lens: Tensor, starts: Tensor, ends: Tensor, k: int, next_n: int,

@@ -1,5 +1,6 @@
 """Device probe for the triton backend's kernels: check against the reference, then time
-variants (graph replay, L2 flushed, median of 30). Writes JSON to argv[1].
+variants (graph replay, L2 flushed, median of 30). Writes JSON to argv[1]:
+``python -m dsa_ops.devtools.probe_radix OUT.json [SECTIONS]``.
 
 Sections (argv[2], comma list): smoke, check, paths, phases, decode, sweep, prefill, prefill_var,
 stable, occupancy, rowknobs, readabl, wagg, waggrow, rowphase, warps2, lanes, lanesrule, addr, lanestep, lanestep2, lanestep3, warm, splitlanes, finisher, splitslots, warps2lanes. ``paths``

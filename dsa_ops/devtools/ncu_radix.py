@@ -1,6 +1,6 @@
 """Drive the radix kernel for Nsight Compute: ``ncu -k regex:radix_kernel --launch-skip 2
---launch-count 1 python3 tools/ncu_radix.py ROWS W L [key=value ...]`` (decode), or
-``... tools/ncu_radix.py prefill ROWS C [key=value ...]`` (one ROWS-row causal chunk of a
+--launch-count 1 python3 -m dsa_ops.devtools.ncu_radix ROWS W L [key=value ...]`` (decode), or
+``... -m dsa_ops.devtools.ncu_radix prefill ROWS C [key=value ...]`` (one ROWS-row causal chunk of a
 C-token context, as the bench's prefill: row r ends at C - ROWS + r + 1).
 
 Launches the kernel three times on fresh N(0, 1) logits (the first compiles); keyword

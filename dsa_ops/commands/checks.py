@@ -1,0 +1,65 @@
+"""Command-line value checks shared by the commands: a bad value is a :class:`UsageError`,
+which ``dsa-ops`` prints as one line on stderr before exiting with status 2."""
+
+from __future__ import annotations
+
+import torch
+
+
+class UsageError(Exception):
+    """A command-line value the command cannot use; the message names the option."""
+
+
+def device(value: str) -> str:
+    """``--device``: cpu, or cuda[:N] where this torch build sees that CUDA (or ROCm) device."""
+    try:
+        dev = torch.device(value)
+    except (RuntimeError, ValueError):
+        raise UsageError(f"--device: expected cpu or cuda[:N], got {value!r}") from None
+    if dev.type == "cpu":
+        return value
+    if dev.type != "cuda":
+        raise UsageError(f"--device: expected cpu or cuda[:N], got {value!r} (the ops run on real data, "
+                         f"on the CPU or a CUDA / ROCm GPU)")
+    if not torch.cuda.is_available():
+        raise UsageError(f"--device {value}: no CUDA device here (torch.cuda.is_available() is False; "
+                         f"torch {torch.__version__}); use --device cpu")
+    if dev.index is not None and dev.index >= torch.cuda.device_count():
+        raise UsageError(f"--device {value}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+    return value
+
+
+def at_least(option: str, value: int, low: int) -> int:
+    if value < low:
+        raise UsageError(f"--{option}: expected an int >= {low}, got {value}")
+    return value
+
+
+def top_k(value: int) -> int:
+    """``--k``: the ops' range, 1 ..= dsa_ops.validate.MAX_K."""
+    from dsa_ops.validate import MAX_K
+
+    if not 1 <= value <= MAX_K:
+        raise UsageError(f"--k: expected 1 <= k <= {MAX_K}, got {value}")
+    return value
+
+
+def compile_backend(name: str) -> str:
+    """``--compile-backend``: a name torch.compile knows."""
+    import torch._dynamo
+
+    known = torch._dynamo.list_backends(exclude_tags=())
+    if name not in known:
+        raise UsageError(f"--compile-backend: no torch.compile backend named {name!r}; "
+                         f"e.g. inductor, aot_eager, eager")
+    return name
+
+
+def policy(path: str | None):
+    """``--policy`` (or ``$DSA_OPS_POLICY`` when None): the loaded policy; a bad file names itself."""
+    from dsa_ops import policy as P
+
+    try:
+        return P.load(path) if path else P.current()
+    except ValueError as exc:
+        raise UsageError(str(exc) if path else f"${P.ENV_VAR}: {exc}") from None
