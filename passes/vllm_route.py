@@ -24,9 +24,10 @@ call time. Opted in (``DSA_OPS_VLLM_ROUTE=1``), :func:`install` replaces those n
   dsa-ops' prefill output is already sequence-local, so vLLM's ``_localize`` (inside
   the stock launcher) does not run on it.
 
-Any other caller of those names gets vLLM's function unchanged. The backend comes from
-``dsa_ops.policy.current()`` and host facts only, cached per (device, width, k, policy,
-prefill side); a routed call then costs a dict look-up plus one dsa-ops backend op.
+Any other caller of those names gets vLLM's function unchanged. A routed call is one call
+of the public :func:`dsa_ops.topk_decode` / :func:`dsa_ops.topk_prefill` (``out=`` vLLM's
+buffer), whose backend comes from ``dsa_ops.policy.current()`` and host facts only, chosen
+and checked once per host facts and cached there.
 :func:`install` refuses (one warning, nothing patched) on an untested vLLM version or
 when a seam is missing or no longer referenced by the function that calls it.
 """
@@ -44,8 +45,7 @@ from typing import Any, Callable, Optional
 import torch
 from torch import Tensor
 
-from dsa_ops import ops as dsa_ops_ops
-from dsa_ops import policy as policy_mod
+import dsa_ops
 
 ENV_VAR = "DSA_OPS_VLLM_ROUTE"
 TESTED_VLLM = ("0.33.0",)
@@ -72,32 +72,16 @@ def opted_in() -> bool:
 
 # ---------------------------------------------------------------- the routed calls
 
-_CACHE_CAP = 4096
-_choices: dict[tuple, tuple[Any, Any, bool]] = {}  # key -> (policy, op, stable)
-calls = {"decode": 0, "prefill": 0}  # routed calls in this process (read by tests and docs)
-
-
-def _choose(family: str, logits: Tensor, k: int, long: bool, policy: policy_mod.Policy) -> tuple[Any, Any, bool]:
-    width = int(logits.shape[1])
-    facts = policy_mod.facts_for(logits.device, k, 1, width, policy.stable)
-    backend = policy.choose(family, facts, long if family == "prefill" else None).backend
-    entry = (policy, dsa_ops_ops.backend_op(backend, family, out=True), policy.stable)
-    if len(_choices) >= _CACHE_CAP:
-        _choices.clear()
-    return entry
+calls = {"decode": 0, "prefill": 0}  # routed calls in this process (read by tests)
 
 
 def route_decode(logits: Tensor, seq_lens: Tensor, next_n: int, out: Tensor, k: int) -> None:
     """Decode top-k of vLLM's paged logits into ``out`` (vLLM's ``topk_indices`` view).
 
     ``seq_lens`` is vLLM's: one length per row ((R,), (B, next_n), or the ROCm path's
-    flattened (R,)), or one per request ((B,) / (B, 1)) with R = B * next_n.
+    flattened (R,)), or one per request ((B,) / (B, 1)) with R = B * next_n. The backend
+    is the policy's, chosen and cached by :func:`dsa_ops.topk_decode` per host facts.
     """
-    policy = policy_mod.current()
-    key = ("decode", logits.device, logits.shape[1], k, id(policy))
-    entry = _choices.get(key)
-    if entry is None or entry[0] is not policy:
-        entry = _choices[key] = _choose("decode", logits, k, False, policy)
     rows, n = logits.shape[0], seq_lens.numel()
     if n == rows:
         per_row_next_n = 1
@@ -106,7 +90,7 @@ def route_decode(logits: Tensor, seq_lens: Tensor, next_n: int, out: Tensor, k: 
             raise ValueError(f"seq_lens: expected {rows} per-row lengths or one per request, got {n}")
         per_row_next_n, seq_lens = rows // n, seq_lens.reshape(-1)
     target = out if out.is_contiguous() else torch.empty((rows, k), dtype=torch.int32, device=out.device)
-    entry[1](logits, seq_lens, k, per_row_next_n, 1, entry[2], target)
+    dsa_ops.topk_decode(logits, seq_lens, k, per_row_next_n, out=target)
     if target is not out:
         out.copy_(target)
     calls["decode"] += 1
@@ -114,16 +98,10 @@ def route_decode(logits: Tensor, seq_lens: Tensor, next_n: int, out: Tensor, k: 
 
 def route_prefill(logits: Tensor, row_starts: Tensor, row_ends: Tensor, out: Tensor, k: int,
                   max_seqlen_k: int) -> None:
-    """Prefill top-k over windows [row_starts, row_ends) into ``out``, sequence-local."""
-    policy = policy_mod.current()
-    long = max_seqlen_k >= policy.prefill_threshold
-    key = ("prefill", logits.device, logits.shape[1], k, long, id(policy))
-    entry = _choices.get(key)
-    if entry is None or entry[0] is not policy:
-        entry = _choices[key] = _choose("prefill", logits, k, long, policy)
-    rows = logits.shape[0]
-    target = out if out.is_contiguous() else torch.empty((rows, k), dtype=torch.int32, device=out.device)
-    entry[1](logits, row_starts, row_ends, k, 1, entry[2], target)
+    """Prefill top-k over windows [row_starts, row_ends) into ``out``, sequence-local;
+    ``max_seqlen_k`` (a host int) decides the side of the policy's prefill threshold."""
+    target = out if out.is_contiguous() else torch.empty((logits.shape[0], k), dtype=torch.int32, device=out.device)
+    dsa_ops.topk_prefill(logits, row_starts, row_ends, k, max_seqlen_k=max_seqlen_k, out=target)
     if target is not out:
         out.copy_(target)
     calls["prefill"] += 1
@@ -370,7 +348,6 @@ def uninstall() -> None:
     _state.platform = None
     _state.layers.clear()
     _state.pending.call = None
-    _choices.clear()
 
 
 def current_platform_name() -> str:
