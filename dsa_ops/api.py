@@ -86,6 +86,7 @@ class _Route(NamedTuple):
     op: object  # the backend op (functional or _out form)
     stable: bool
     layout: str  # decode lengths layout ("" for prefill)
+    extents: tuple  # byte extents of out and the inputs (the overlap test's per-call work is then 3 pointers)
 
 
 _ROUTES: dict[tuple, _Route] = {}
@@ -104,13 +105,15 @@ def _direct(*tensors) -> bool:
 
 
 def _route(family: str, key: tuple, pol, logits: Tensor, k: int, next_n: int, compress_ratio: int,
-           stable: Optional[bool], backend: Optional[str], out_given: bool, long: bool, layout: str) -> _Route:
+           stable: Optional[bool], backend: Optional[str], out_given: bool, long: bool, layout: str,
+           tensors: tuple) -> _Route:
     stable = _stable(stable, pol)
     if backend is None:
         backend = _policy_backend(family, logits.device.type, k, compress_ratio, int(logits.shape[1]), stable, long)
     op = _backend_op(backend, family, logits, k, compress_ratio, stable, out_given)
     record = get(backend)
-    route = _Route(pol, record, getattr(record, family), op, stable, layout)
+    extents = tuple(validate.extent(t) for t in tensors) if tensors[0] is not None else ()
+    route = _Route(pol, record, getattr(record, family), op, stable, layout, extents)
     if len(_ROUTES) >= _ROUTES_MAX:
         _ROUTES.clear()
     _ROUTES[key] = route
@@ -184,9 +187,9 @@ def topk_decode(
         if out is not None:
             validate.check_out(out, logits, k)
         route = _route("decode", key, pol, logits, k, next_n, compress_ratio, stable, backend, out is not None,
-                       False, layout)
+                       False, layout, (out, logits, lengths))
     if out is not None:
-        validate.check_no_overlap(out, logits=logits, lengths=lengths)
+        validate.check_no_overlap(out, route.extents, logits=logits, lengths=lengths)
     if check:
         validate.check_decode_values(logits, lengths, next_n, route.layout)
     if _direct(logits, lengths, out):
@@ -277,9 +280,10 @@ def topk_prefill(
         validate.check_prefill(logits, row_starts, row_ends, k, compress_ratio)
         if out is not None:
             validate.check_out(out, logits, k)
-        route = _route("prefill", key, pol, logits, k, 1, compress_ratio, stable, backend, out is not None, long, "")
+        route = _route("prefill", key, pol, logits, k, 1, compress_ratio, stable, backend, out is not None, long, "",
+                       (out, logits, row_starts, row_ends))
     if out is not None:
-        validate.check_no_overlap(out, logits=logits, row_starts=row_starts, row_ends=row_ends)
+        validate.check_no_overlap(out, route.extents, logits=logits, row_starts=row_starts, row_ends=row_ends)
     if check:
         validate.check_prefill_values(logits, row_starts, row_ends)
     if _direct(logits, row_starts, row_ends, out):

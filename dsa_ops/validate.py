@@ -276,24 +276,32 @@ def check_prefill_values(logits: Tensor, row_starts: Tensor, row_ends: Tensor) -
             )
 
 
-def _span(t: Tensor) -> tuple[int, int]:
-    """The byte range [lo, hi) a tensor's elements occupy (empty for no elements)."""
+def extent(t: Tensor) -> int:
+    """Bytes from a tensor's first element to past its last (0 for no elements): a function of
+    its shape, strides and dtype only, so callers may cache it per host facts."""
     if t.numel() == 0:
-        return 0, 0
-    lo = t.data_ptr()
-    extent = sum((n - 1) * abs(st) for n, st in zip(t.shape, t.stride()))  # strides here are >= 0
-    return lo, lo + (extent + 1) * t.element_size()
+        return 0
+    return (sum((n - 1) * abs(st) for n, st in zip(t.shape, t.stride())) + 1) * t.element_size()
 
 
-def check_no_overlap(out: Tensor, **inputs: Tensor) -> None:
+def _span(t: Tensor, nbytes: int | None = None) -> tuple[int, int]:
+    """The byte range [lo, hi) a tensor's elements occupy (empty for no elements)."""
+    nbytes = extent(t) if nbytes is None else nbytes
+    lo = t.data_ptr() if nbytes else 0
+    return lo, lo + nbytes
+
+
+def check_no_overlap(out: Tensor, extents: tuple | None = None, **inputs: Tensor) -> None:
     """``out`` must not share memory with an input: a kernel writing it while reading the
     logits or the lengths would read its own output. Real tensors only (needs data pointers);
-    a conservative byte-range test, so two interleaved views are refused too."""
-    o_lo, o_hi = _span(out)
+    a conservative byte-range test, so two interleaved views are refused too. ``extents``:
+    the byte extents of out and then each input (:func:`extent`), when the caller has them."""
+    ext = extents or (None,) * (len(inputs) + 1)
+    o_lo, o_hi = _span(out, ext[0])
     if o_lo == o_hi:
         return
-    for name, t in inputs.items():
-        lo, hi = _span(t)
+    for (name, t), nbytes in zip(inputs.items(), ext[1:]):
+        lo, hi = _span(t, nbytes)
         if lo < o_hi and o_lo < hi:
             _fail(
                 f"out: overlaps {name} in memory (out bytes [{o_lo:#x}, {o_hi:#x}), {name} bytes "

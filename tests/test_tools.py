@@ -82,3 +82,16 @@ def test_floor_probe_selfcheck():
     lines = res.stdout.splitlines()
     assert len(lines) == 5 and all(line.endswith(": ok") for line in lines), res.stdout
     assert "read P=4 L=16384 bar=0 last sort choose: ok" in lines and "read P=1 L=4096 bar=2 sort choose: ok" in lines
+
+
+def test_host_cost_runs_and_reports_every_form(tmp_path):
+    """``python -m dsa_ops.devtools.host_cost`` prints a row per call form and writes its JSON
+    (a smoke run with few calls; the numbers are measured on the device, not asserted)."""
+    import json
+
+    res = _run_module("host_cost", "--calls", "20", "--json", str(tmp_path / "h.json"))
+    assert res.returncode == 0, res.stderr[-3000:]
+    rows = [line for line in res.stdout.splitlines() if line.startswith("| no-op |")]
+    assert len(rows) == 7, res.stdout
+    got = json.loads((tmp_path / "h.json").read_text())["us"]["no-op"]
+    assert set(got) == {r.split(" | ")[1] for r in rows} and all(v > 0 for v in got.values())

@@ -730,8 +730,9 @@ def test_gpu_adversarial(kind):
 @needs_gpu
 def test_gpu_workspace_memory_bounded_over_row_counts():
     """Issue #25 on the device: decode at every batch size 1..256 (W 163840) and prefill chunks
-    of 1..1055 rows (W 131072, every 16th count) leave the allocator's memory bounded by the
-    largest call's workspace (x2), not growing with the number of shapes seen."""
+    of 1..1055 rows (W 131072, every 16th count) leave one workspace buffer of the largest slots
+    x the largest stride, and the allocator grows by no more than that (outgrown buffers are
+    freed), not by a workspace per shape seen."""
     from dsa_ops.backends.triton import launch
 
     launch._WORKSPACES.clear()
@@ -755,7 +756,9 @@ def test_gpu_workspace_memory_bounded_over_row_counts():
     grown = torch.cuda.memory_allocated() - base - x.numel() * 4
     print(f"workspace bytes after decode sweep {held[255] / 2**20:.1f} MiB, after prefill sweep "
           f"{held[-1] / 2**20:.1f} MiB; allocator growth {grown / 2**20:.1f} MiB")
-    assert held[-1] <= 400 << 20 and grown <= 2 * held[-1] + (64 << 20), (held[-1], grown)
+    # One buffer of the largest slots (prefill, 1056 on an H200) x the largest stride (decode at
+    # W 163840): 641 MiB measured (run of 2026-12-04), against ~215 GiB projected before.
+    assert held[-1] <= 768 << 20 and grown <= held[-1] + (64 << 20), (held[-1], grown)
 
 
 @pytest.mark.gpu

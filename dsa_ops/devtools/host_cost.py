@@ -1,42 +1,80 @@
-"""Host cost of an eager dsa-ops call: what one ``dsa_ops.topk_decode`` / ``topk_prefill`` costs
-the CPU beyond launching its kernel (validation, policy, op dispatch).
+"""Host cost of an eager dsa-ops call: what ``dsa_ops.topk_decode`` / ``topk_prefill`` cost the CPU
+beyond the kernel launch itself (host checks, policy, route lookup, dispatch).
 
-Each row times N back-to-back calls of one form on a shape whose kernel is short (one row whose
-length is under k: the trivial path, a few us of device time), so the loop is bound by the host,
-and reports the median per call of 5 rounds (the queue is drained before and after each):
+Two groups of rows, each the per-call time of N back-to-back calls, the minimum over 7 rounds
+that interleave the forms (so a slow stretch of a shared host hits every form alike):
 
-* ``kernel``: the backend's writer called directly (the launch itself);
-* ``api``: the public function with ``backend=`` and ``out=`` (the cached eager route);
-* ``api policy``: the public function with ``backend=None`` (the policy's choice, cached);
-* ``op``: the registered backend op through the dispatcher (what the route skips).
+* ``no-op``: a test-only backend whose writer does nothing, so the row is the wrapper alone:
+  ``writer`` (the bare function call), ``api`` with ``backend=`` and ``out=`` (the cached
+  eager route), ``api`` with the policy's choice, ``api`` allocating ``out``, and the backend op
+  through the dispatcher (what the route skips on plain tensors);
+* ``triton`` (CUDA only): the same forms around the real Triton launch, on one row shorter
+  than k (the trivial path, a few us of device time, so the loop is bound by the host).
 
-Run on the device: ``python -m dsa_ops.devtools.host_cost [--json PATH]``. A CPU run times the
-reference backend's host path on tiny shapes (no kernel), for a rough comparison only.
+Run on the device: ``python -m dsa_ops.devtools.host_cost [--json PATH]``; on the CPU only the
+no-op group runs.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import time
 
 import torch
 
 import dsa_ops
 from dsa_ops import ops
+from dsa_ops import policy as P
+from dsa_ops.backends import register
+from dsa_ops.backends.base import YES, Backend
+
+NOP = "host_cost_nop"
 
 
-def _per_call_us(fn, n: int, sync) -> float:
-    rounds = []
-    for _ in range(5):
-        sync()
-        t0 = time.perf_counter()
-        for _ in range(n):
+def _nop_backend() -> None:
+    if NOP not in dsa_ops.backends(include_test_only=True):
+        register(Backend(NOP, decode=lambda *a: None, prefill=lambda *a: None, available=lambda: YES,
+                         supports=lambda q: YES, version=lambda: "0", test_only=True,
+                         description="host_cost: does nothing"))
+
+
+def _forms(backend: str, dev: str) -> dict:
+    k = 2048
+    x = torch.randn(1, 4096, device=dev)
+    lens = torch.full((1,), 2000, dtype=torch.int32, device=dev)
+    starts = torch.zeros(1, dtype=torch.int32, device=dev)
+    out = torch.empty(1, k, dtype=torch.int32, device=dev)
+    rec = dsa_ops.backends(include_test_only=True)[backend]
+    d_op = ops.backend_op(backend, "decode", out=True)
+    return {
+        "decode writer": lambda: rec.decode(x, lens, k, 1, False, out),
+        "decode api backend= out=": lambda: dsa_ops.topk_decode(x, lens, k, backend=backend, out=out),
+        "decode api policy out=": lambda: dsa_ops.topk_decode(x, lens, k, out=out),
+        "decode api policy (allocates out)": lambda: dsa_ops.topk_decode(x, lens, k),
+        "decode op through the dispatcher": lambda: d_op(x, lens, k, 1, 1, False, out),
+        "prefill writer": lambda: rec.prefill(x, starts, lens, k, False, out),
+        "prefill api policy out=": lambda: dsa_ops.topk_prefill(x, starts, lens, k, max_seqlen_k=2000, out=out),
+    }
+
+
+def measure(backend: str, dev: str, calls: int, rounds: int = 7) -> dict:
+    sync = torch.cuda.synchronize if dev == "cuda" else (lambda: None)
+    forms = _forms(backend, dev)
+    pol = P.Policy(decode=(P.Rule(backend),), prefill=(P.Rule(backend),))
+    best = {name: float("inf") for name in forms}
+    with P.use(pol):
+        for fn in forms.values():
             fn()
-        rounds.append((time.perf_counter() - t0) / n * 1e6)
-        sync()
-    return statistics.median(rounds)
+        for _ in range(rounds):
+            for name, fn in forms.items():
+                sync()
+                t0 = time.perf_counter()
+                for _ in range(calls):
+                    fn()
+                best[name] = min(best[name], (time.perf_counter() - t0) / calls * 1e6)
+                sync()
+    return best
 
 
 def main(argv=None) -> int:
@@ -45,42 +83,20 @@ def main(argv=None) -> int:
     ap.add_argument("--calls", type=int, default=2000)
     args = ap.parse_args(argv)
     cuda = torch.cuda.is_available()
-    dev = "cuda" if cuda else "cpu"
-    backend = "triton" if cuda else "reference"
-    sync = torch.cuda.synchronize if cuda else (lambda: None)
-    rows, width, k = (1, 4096, 2048) if cuda else (2, 4096, 2048)
-    x = torch.randn(rows, width, device=dev)
-    lens = torch.full((rows,), 2000, dtype=torch.int32, device=dev)
-    starts = torch.zeros(rows, dtype=torch.int32, device=dev)
-    out = torch.empty(rows, k, dtype=torch.int32, device=dev)
-    rec = dsa_ops.backends()[backend]
-    d_op = ops.backend_op(backend, "decode", out=True)
-    p_op = ops.backend_op(backend, "prefill", out=True)
-    forms = {
-        "decode kernel": lambda: rec.decode(x, lens, k, 1, False, out),
-        "decode api (backend=, out=)": lambda: dsa_ops.topk_decode(x, lens, k, backend=backend, out=out),
-        "decode api (policy, out=)": lambda: dsa_ops.topk_decode(x, lens, k, out=out),
-        "decode api (policy, new out)": lambda: dsa_ops.topk_decode(x, lens, k),
-        "decode op (dispatcher)": lambda: d_op(x, lens, k, 1, 1, False, out),
-        "prefill kernel": lambda: rec.prefill(x, starts, lens, k, False, out),
-        "prefill api (policy, out=)": lambda: dsa_ops.topk_prefill(x, starts, lens, k, max_seqlen_k=2000, out=out),
-        "prefill op (dispatcher)": lambda: p_op(x, starts, lens, k, 1, False, out),
-    }
-    if not cuda:
-        forms = {n: f for n, f in forms.items() if "policy" not in n}  # CPU policy picks the reference too
-    res = {}
-    for name, fn in forms.items():
-        fn()
-        res[name] = _per_call_us(fn, args.calls if cuda else 200, sync)
-    base = {"decode": res["decode kernel"], "prefill": res["prefill kernel"]}
-    print(f"device {torch.cuda.get_device_name() if cuda else 'cpu'}, torch {torch.__version__}, backend {backend}, "
-          f"{rows} x {width}, k {k}")
-    print("| call form | us a call | over the kernel |\n|---|---|---|")
-    for name, us in res.items():
-        print(f"| {name} | {us:.1f} | {us - base[name.split()[0]]:+.1f} |")
+    _nop_backend()
+    groups = {"no-op": measure(NOP, "cuda" if cuda else "cpu", args.calls)}
+    if cuda:
+        groups["triton"] = measure("triton", "cuda", args.calls)
+    print(f"{torch.cuda.get_device_name() if cuda else 'cpu'}, torch {torch.__version__}; one row, W 4096, L 2000, "
+          f"k 2048; min over 7 interleaved rounds of {args.calls} calls")
+    print("| backend | call form | us a call | over the writer |\n|---|---|---|---|")
+    for group, res in groups.items():
+        for name, us in res.items():
+            base = res[name.split()[0] + " writer"]
+            print(f"| {group} | {name} | {us:.1f} | {us - base:+.1f} |")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"device": dev, "torch": torch.__version__, "backend": backend, "us": res}, f, indent=1)
+            json.dump({"torch": torch.__version__, "us": groups}, f, indent=1)
     return 0
 
 

@@ -231,6 +231,24 @@ def launch_plan(rows: int, width: int, device: torch.device, slices: int | None 
                "lanes": bool(lanes), "postbins": wide, "lane_step": step}
 
 
+def _cached_plan(rows, width, device, slices, block, num_warps, per_sm, min_slice, maxnreg, k, lanes, packed):
+    """:func:`launch_plan`, memoised per host facts and the split switch (a launch's host work
+    is then a dict lookup: the plan's loops cost tens of us a call on a slow host)."""
+    return _plan_memo(rows, width, device, slices, block, num_warps, per_sm, min_slice, maxnreg, k, lanes, packed,
+                      os.environ.get("DSA_OPS_TRITON_SPLIT", "1"))
+
+
+@functools.lru_cache(maxsize=4096)
+def _plan_memo(rows, width, device, slices, block, num_warps, per_sm, min_slice, maxnreg, k, lanes, packed, split_env):
+    return launch_plan(rows, width, device, slices, block, num_warps, per_sm, min_slice, maxnreg, k, lanes, packed)
+
+
+@functools.lru_cache(maxsize=4096)
+def _cached_bracket(p: RadixPlan, rows: int, samp: int, env: str) -> int:
+    """:func:`bracket_min_len`, memoised per plan and ``DSA_OPS_TRITON_BRACKET``."""
+    return bracket_min_len(p, rows, samp)
+
+
 def bracket_min_len(p: RadixPlan, rows: int, samp: int = SAMP) -> int:
     """Shortest row (live length) that starts with the bracket, 0 for none: a host int, so
     graph-safe; each row compares its own device length with it. ``DSA_OPS_TRITON_BRACKET=1``
@@ -342,7 +360,7 @@ def launch(logits: Tensor, lens: Tensor, starts: Tensor, ends: Tensor, k: int, n
     if rows == 0:
         return
     packed = bool(pack) and bool(catom) and not finisher
-    p, sh = launch_plan(rows, width, logits.device, slices, block, num_warps, per_sm, min_slice, maxnreg, k,
+    p, sh = _cached_plan(rows, width, logits.device, slices, block, num_warps, per_sm, min_slice, maxnreg, k,
                         lanes, packed)
     block, num_warps, min_slice, maxnreg = sh["block"], sh["num_warps"], sh["min_slice"], sh["maxnreg"]
     lanes = sh["lanes"]
@@ -376,7 +394,7 @@ def launch(logits: Tensor, lens: Tensor, starts: Tensor, ends: Tensor, k: int, n
     samp = (SAMP_ROW if row_mode else SAMP) if samp is None else samp
     prefetch = (PF_ROW if row_mode else 1) if prefetch is None else prefetch
     if bracket is None:
-        br_min = bracket_min_len(p, rows, samp)
+        br_min = _cached_bracket(p, rows, samp, os.environ.get("DSA_OPS_TRITON_BRACKET", "auto"))
     elif isinstance(bracket, bool):
         br_min = 4 * samp if bracket else 0
     elif isinstance(bracket, int) and bracket >= 4 * samp:
