@@ -10,9 +10,12 @@ on ROCm the ops exist but raise), with one schema (docs/vllm-integration-notes.m
 They are decode-only: there is no window start, so no prefill. Adapters (contract §2.3,
 §2.3a, §5):
 
-* ``lengths``: the kernels want numel == R (no next_n) and persistent reads them as
-  uint32, so a negative length would be ~4e9. We pass one length per row, clamped to
-  [0, W], as a contiguous int32 (R,) tensor; no row is ever read past W.
+* ``lengths``: the kernels want numel == R (no next_n), int32. ``persistent_topk``'s
+  paths for <= 32 rows and for sampled long rows clamp every length to [0, W] themselves
+  (given max_seq_len = W), so a per-row int32 contiguous ``lengths`` goes in untouched
+  there; otherwise, and always for cooperative (it clamps at 0 only), one Triton launch
+  writes per-row lengths clamped to [0, W] (:mod:`dsa_ops.backends.vllm_prep`), which for
+  cooperative also does the -1 fill. No row is ever read past W.
 * ``max_seq_len``: a host bound on every row's length. It must not be too small: in the
   GitHub-indexed ``persistent_topk.cuh`` a row longer than 32768 under a bound <= 32768 would wait
   at a barrier the other CTAs of its group have left. We pass W, the only bound that
@@ -56,8 +59,7 @@ import torch
 from torch import Tensor
 
 from dsa_ops.backends.base import YES, Backend, Query, Support, module_version
-from dsa_ops.backends import vllm_intree
-from dsa_ops.backends.rows import decode_ends
+from dsa_ops.backends import vllm_intree, vllm_prep
 from dsa_ops.backends.vllm_intree import probe_compiled_ops
 
 # The op namespace; tests point it at a namespace holding test doubles with these schemas.
@@ -120,14 +122,23 @@ def _check_tma(logits: Tensor) -> None:
         )
 
 
-def decode_persistent(logits: Tensor, lengths: Tensor, k: int, next_n: int, stable: bool, out: Tensor) -> None:
-    """Decode writer for ``vllm_persistent``: per-row clamped lengths, max_seq_len = W."""
+def _persistent(logits: Tensor, lengths: Tensor, k: int, next_n: int, out: Tensor) -> None:
+    """``persistent_topk`` with max_seq_len = W; lengths go in untouched where its own path
+    clamps them (:func:`vllm_prep.kernel_reads_as_is`), else clamped in one launch."""
     rows, width = logits.shape
-    if rows == 0:
-        return
-    ends = decode_ends(logits, lengths, next_n, torch.int32)
+    if vllm_prep.kernel_reads_as_is(lengths, rows, width, k):
+        ends = lengths
+    else:
+        ends = vllm_prep.ends_and_fill(logits, lengths, next_n, None)
     # max_seq_len = W: bounds every clamped length on every replay (see module docstring).
     _op(PERSISTENT_OP)(logits, ends, out, workspace(logits.device), k, int(width))
+
+
+def decode_persistent(logits: Tensor, lengths: Tensor, k: int, next_n: int, stable: bool, out: Tensor) -> None:
+    """Decode writer for ``vllm_persistent``: per-row clamped lengths, max_seq_len = W."""
+    if logits.shape[0] == 0:
+        return
+    _persistent(logits, lengths, k, next_n, out)
 
 
 def decode_cooperative(logits: Tensor, lengths: Tensor, k: int, next_n: int, stable: bool, out: Tensor) -> None:
@@ -136,12 +147,13 @@ def decode_cooperative(logits: Tensor, lengths: Tensor, k: int, next_n: int, sta
     if rows == 0:
         return
     _check_tma(logits)
-    ends = decode_ends(logits, lengths, next_n, torch.int32)
     if rows > COOPERATIVE_MAX_ROWS:
         # R is fixed per capture, so this branch is taken identically on every replay.
-        _op(PERSISTENT_OP)(logits, ends, out, workspace(logits.device), k, int(width))
+        _persistent(logits, lengths, k, next_n, out)
         return
-    out.fill_(-1)  # the kernel may leave slots unwritten (module docstring)
+    # One launch: clamped int32 lengths (the kernel clamps at 0 only) and the -1 fill
+    # (the kernel may leave slots unwritten, module docstring).
+    ends = vllm_prep.ends_and_fill(logits, lengths, next_n, out)
     # The kernel ignores max_seq_len (kept for parity with persistent); pass the same W.
     _op(COOPERATIVE_OP)(logits, ends, out, workspace(logits.device), k, int(width))
 
