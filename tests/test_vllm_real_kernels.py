@@ -2,10 +2,11 @@
 counts 1-80, lengths past W and negative, and CUDA-graph replay with new lengths.
 
 Runs only where the compiled ops import on a CUDA GPU (built by
-``dsa_ops.devtools.build_vllm_topk``; docs/vllm-kernels.md); skips elsewhere. A backend
-flagged ``exact`` must meet the contract on every case; one that is not must still
-return distinct in-range indices whose values are all among the row's k best (what its
-docstring promises). The full sweep with raw JSON is ``dsa_ops.devtools.vllm_real_check``.
+``dsa_ops.devtools.build_vllm_topk``; docs/vllm-kernels.md); skips elsewhere. On finite
+logits (ties of every flavour included) all three backends must meet the contract exactly,
+as measured on the H200. Special values (NaN, -0, +-inf, denormals) are held to the
+contract only for a backend flagged ``exact``: none of the three is (measured, see
+docs/vllm-kernels.md). The full sweep with raw JSON is ``dsa_ops.devtools.vllm_real_check``.
 """
 
 from __future__ import annotations
@@ -29,27 +30,9 @@ def _record_or_skip(name: str, width: int):
     return rec
 
 
-def _loose(got: torch.Tensor, x: torch.Tensor, lengths: torch.Tensor, k: int) -> None:
-    """Distinct indices in [0, L), each one's value at least the row's k-th best value."""
-    width = x.shape[1]
-    ends = lengths.to(torch.int64).clamp(0, width)
-    for r in range(x.shape[0]):
-        n = int(ends[r])
-        row = got[r][got[r] != -1].to(torch.int64)
-        assert row.numel() <= min(n, k), f"row {r}: {row.numel()} indices for L = {n}"
-        assert row.unique().numel() == row.numel(), f"row {r}: duplicate index"
-        assert bool(((row >= 0) & (row < n)).all()), f"row {r}: index outside [0, {n})"
-        if n > k and row.numel():
-            kth = torch.topk(x[r, :n], k).values[-1]
-            assert bool((x[r, row] >= kth).all()), f"row {r}: a chosen value is below the k-th best"
-
-
 def _check(name: str, got, x, lengths, k: int = 2048) -> None:
-    if dsa_ops.backends()[name].exact:
-        v = rc.verdict(got, x, lengths, k)
-        assert v["ok"], f"{name}: {v['why']}"
-    else:
-        _loose(got, x, lengths, k)
+    v = rc.verdict(got, x, lengths, k)
+    assert v["ok"], f"{name}: {v['why']}"
 
 
 @pytest.mark.parametrize("width", [133120, 1048576])
@@ -61,6 +44,23 @@ def test_real_vllm_kernels_on_heavy_ties(name, kind, rows, width):
     for length in (3072, 32768, 131072):
         gen = torch.Generator(device="cuda").manual_seed(rows + length)
         x = rc.make_logits(kind, rows, width, gen)
+        lens = rc.make_lengths(rows, width, length, torch.Generator().manual_seed(length))
+        out = torch.full((rows, 2048), 0x7EADBEEF, dtype=torch.int32, device="cuda")
+        dsa_ops.topk_decode(x, lens, 2048, backend=name, out=out)
+        _check(name, out, x, lens)
+
+
+@pytest.mark.parametrize("width", [133120, 1048576])
+@pytest.mark.parametrize("rows", [1, 64])
+@pytest.mark.parametrize("name", NAMES)
+def test_real_exact_vllm_kernels_rank_special_values_by_the_contract(name, rows, width):
+    """NaN of both signs, +-inf, +-0, denormals: an ``exact`` backend ranks them by
+    contract §1.1 (the key order); the others are not held to it."""
+    rec = _record_or_skip(name, width)
+    if not rec.exact:
+        pytest.skip(f"{name} is not exact (documented special-value defects)")
+    for length in (3072, 131072):
+        x = rc.make_logits("specials", rows, width, torch.Generator(device="cuda").manual_seed(length))
         lens = rc.make_lengths(rows, width, length, torch.Generator().manual_seed(length))
         out = torch.full((rows, 2048), 0x7EADBEEF, dtype=torch.int32, device="cuda")
         dsa_ops.topk_decode(x, lens, 2048, backend=name, out=out)

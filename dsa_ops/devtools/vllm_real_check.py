@@ -5,8 +5,9 @@ This is what decides each vLLM backend's ``exact`` flag (docs/vllm-kernels.md). 
 CUDA GPU and the ops (``dsa_ops.devtools.build_vllm_topk``). Cases:
 
 * value kinds: ``equal`` (every row constant), ``few`` (4 distinct values), ``fp16``
-  (randn rounded to the fp16 grid: long runs of equal values around any cut), ``randn``;
-* rows 1 / 8 / 64 (and 80: cooperative's persistent fallback), live lengths 3K-128K, W
+  (randn rounded to the fp16 grid: long runs of equal values around any cut), ``randn``,
+  ``specials`` (NaN of both signs, +-inf, +-0, denormals: the contract's key order);
+* rows 1 / 64 / 80 (80: cooperative hands it to persistent), live lengths 3K-128K, W
   133120 and 1M, lengths with negative and past-W entries mixed in;
 * CUDA-graph replay: captured once per (backend, rows, W), replayed with new lengths.
 
@@ -22,9 +23,14 @@ import sys
 import torch
 
 BACKENDS = ("vllm", "vllm_persistent", "vllm_cooperative")
-KINDS = ("equal", "few", "fp16", "randn")
-ROWS = (1, 8, 64, 80)
-LENGTHS = (3072, 8192, 32768, 131072)
+KINDS = ("equal", "few", "fp16", "randn", "specials")
+# fp32 bit patterns for "specials": NaN of both signs and two payloads, +-inf, +-0,
+# denormals, +-max, and a few ordinary values; repeated, so they also tie.
+SPECIAL_BITS = (0x7FC00000, 0x7FFFFFFF, 0xFFC00000, 0xFFFFFFFF, 0x7F800000, 0xFF800000, 0x00000000,
+                0x80000000, 0x00000001, 0x80000001, 0x7F7FFFFF, 0xFF7FFFFF, 0x3F800000, 0xBF800000,
+                0x3F000000, 0x40000000)
+ROWS = (1, 64, 80)
+LENGTHS = (3072, 32768, 131072)
 WIDTHS = (133120, 1048576)
 
 
@@ -32,6 +38,11 @@ def make_logits(kind: str, rows: int, width: int, gen: torch.Generator) -> torch
     """(rows, width) float32 on the GPU, of one tie flavour (module docstring)."""
     if kind == "equal":
         return torch.full((rows, width), 0.25, device="cuda")
+    if kind == "specials":
+        pool = torch.tensor([b - (1 << 32) if b >= 1 << 31 else b for b in SPECIAL_BITS],
+                            dtype=torch.int32, device="cuda")
+        pick = torch.randint(0, len(SPECIAL_BITS), (rows, width), device="cuda", generator=gen)
+        return pool[pick].view(torch.float32)
     if kind == "few":
         return torch.randint(-1, 3, (rows, width), device="cuda", generator=gen).float()
     x = torch.randn(rows, width, device="cuda", generator=gen)
@@ -43,9 +54,9 @@ def make_logits(kind: str, rows: int, width: int, gen: torch.Generator) -> torch
 
 
 def make_lengths(rows: int, width: int, length: int, gen: torch.Generator) -> torch.Tensor:
-    """``length`` for most rows; with 8+ rows also 0, -5, k, W + 9 and 3W (clamp checks)."""
+    """``length`` for most rows; with 8+ rows also 0, -5, k, W + 9, 3W (clamp checks) and 2100."""
     lens = torch.full((rows,), min(length, width), dtype=torch.int32)
-    extra = [0, -5, 2048, width + 9, 3 * width, length - 1]
+    extra = [0, -5, 2048, width + 9, 3 * width, length - 1, 2100]
     if rows >= 8:
         pos = torch.randperm(rows, generator=torch.Generator().manual_seed(rows + length))[: len(extra)]
         lens[pos] = torch.tensor(extra[: len(pos)], dtype=torch.int32)
@@ -143,13 +154,14 @@ def main(argv: list[str] | None = None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", default="vllm-real-check.json", help="raw JSON of every case")
     p.add_argument("--backends", default=",".join(BACKENDS))
+    p.add_argument("--kinds", default=",".join(KINDS), help=f"value kinds (default: {','.join(KINDS)})")
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
         print("needs a CUDA GPU", file=sys.stderr)
         return 2
     records: list[dict] = []
     for name in (b for b in args.backends.split(",") if b):
-        records += sweep(backends=[name])
+        records += sweep(backends=[name], kinds=[k for k in args.kinds.split(",") if k])
         with open(args.out, "w") as f:  # after each backend, so a cut-off run keeps what it has
             json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "records": records},
                       f, indent=1)
