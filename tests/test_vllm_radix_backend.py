@@ -383,3 +383,24 @@ def test_real_vllm_radix_backend_cuda_graph_replay(gen, record):
         graph.replay()
         torch.cuda.synchronize()
         assert_decode_equivalent(out, x, lengths, k)
+
+
+def test_bench_raw_columns_call_the_kernel_alone(radix, gen):
+    """dsa-ops bench's raw columns: the op itself on lengths already clamped, plus only the -1
+    fill for cooperative's raw+fill; cooperative has no raw column above 64 rows."""
+    from dsa_ops.commands import bench_raw
+
+    assert bench_raw.raw_names(["triton", "vllm_persistent", "vllm_cooperative"]) == [
+        "vllm_persistent:raw", "vllm_cooperative:raw", "vllm_cooperative:raw+fill"]
+    assert not bench_raw.supported("vllm_cooperative:raw+fill", 65) and bench_raw.supported("vllm_persistent:raw", 65)
+    x = data.logits(gen, 3, 600, "randn")
+    lens = torch.tensor([5, 700, 600], dtype=torch.int32)
+    for raw, fn in (("vllm_persistent:raw", "persistent"), ("vllm_cooperative:raw+fill", "cooperative")):
+        radix.log.calls.clear()
+        out = torch.full((3, 512), 9, dtype=torch.int32)
+        bench_raw.raw_call(raw, x, lens, 512, out)()
+        (call,) = radix.log.calls
+        assert call["fn"] == fn and call["lengths"].tolist() == [5, 600, 600] and call["max_seq_len"] == 600
+        assert_decode_equivalent(out, x, lens, 512)
+    with pytest.raises(ValueError, match="raw"):
+        bench_raw.raw_call("vllm_x:raw", x, lens, 512, out)

@@ -82,15 +82,10 @@ def _triton_ok(logits: Tensor) -> bool:
     return True
 
 
-def ends_and_fill(logits: Tensor, lengths: Tensor, next_n: int, out: Tensor | None) -> Tensor:
-    """Per-row lengths clamped to [0, W] as a contiguous int32 (R,) tensor; when ``out`` is
-    given, also fill it with -1. One launch on CUDA with Triton, torch ops elsewhere."""
+def launch(logits: Tensor, lengths: Tensor, next_n: int, out: Tensor | None) -> Tensor:
+    """The one Triton launch of :func:`ends_and_fill` (no device check: on CPU tensors it
+    runs only under ``TRITON_INTERPRET=1``, which is how the CPU tests exercise it)."""
     rows, width = logits.shape
-    if not _triton_ok(logits) or (out is not None and out.stride(1) != 1):
-        ends = decode_ends(logits, lengths, next_n, torch.int32)
-        if out is not None:
-            out.fill_(-1)
-        return ends
     flat = lengths.reshape(-1)
     per_request = flat.numel() != rows  # validate.decode_layout has ruled out anything else
     ends = torch.empty(rows, dtype=torch.int32, device=logits.device)
@@ -99,3 +94,14 @@ def ends_and_fill(logits: Tensor, lengths: Tensor, next_n: int, out: Tensor | No
                        next_n, width, k, PER_REQUEST=per_request, FILL=out is not None,
                        BLOCK_K=min(1024, max(16, 1 << (k - 1).bit_length())))
     return ends
+
+
+def ends_and_fill(logits: Tensor, lengths: Tensor, next_n: int, out: Tensor | None) -> Tensor:
+    """Per-row lengths clamped to [0, W] as a contiguous int32 (R,) tensor; when ``out`` is
+    given, also fill it with -1. One launch on CUDA with Triton, torch ops elsewhere."""
+    if not _triton_ok(logits) or (out is not None and out.stride(1) != 1):
+        ends = decode_ends(logits, lengths, next_n, torch.int32)
+        if out is not None:
+            out.fill_(-1)
+        return ends
+    return launch(logits, lengths, next_n, out)

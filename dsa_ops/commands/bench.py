@@ -8,6 +8,10 @@ the figure is the median of --reps replays. Prefill: one 16384-row causal chunk 
 at C - 16384 + r + 1) at C = 16K / 32K / 64K / 128K, eager medians. Before a backend is
 timed on a shape, its output is checked against the reference (dsa_ops.testing) on a subset
 of rows. The reference itself is timed only up to --ref-max-elems logits (it is slow).
+
+Next to each available vLLM backend the decode table gets its raw kernel (``<name>:raw``,
+and ``vllm_cooperative:raw+fill``: vLLM's op called directly, dsa_ops/commands/bench_raw.py)
+and bench.md an adapter-cost table (routed minus raw); --no-raw leaves them out.
 """
 
 from __future__ import annotations
