@@ -29,7 +29,10 @@ from dsa_ops.backends.rows import decode_ends
 # clamps a length to [0, min(stride, max_seq_len)]; rows > 64 with max_seq_len at or above
 # sampled_topk's kMinSampledLength run sampled_topk_kernel, which clamps to
 # [0, min(max_seq_len, W)]. Rows 33..64 (and shorter max_seq_len above 64 rows) run
-# FilteredTopK, which reads lengths unclamped.
+# FilteredTopK, which reads lengths unclamped. (Those row splits hold on GPUs with at
+# least 144 KiB of shared memory per block: SM80, SM90, SM100. With less than 128 KiB
+# every row count runs persistent_topk_kernel, so clamping here is merely unneeded; no
+# GPU we know has 128-144 KiB, the one band where > 64 rows would skip the clamp unsafely.)
 PERSISTENT_CLAMPING_MAX_ROWS = 32
 SAMPLED_MIN_ROWS = 65
 SAMPLED_MIN_LENGTH = {512: 98304, 1024: 65536, 2048: 65536}
