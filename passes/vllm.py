@@ -8,7 +8,8 @@ Two ways in (``docs/vllm.md``):
   there, then ours. vLLM's ``PostGradPassManager`` appends that entry to its own pass
   list and folds its uuid into the manager's uuid and the compile-cache hash.
 * :func:`register`: the ``vllm.general_plugins`` entry point. vLLM calls it with no
-  arguments in every process. It always registers the ``dsa_ops`` ops; only with
+  arguments in every process. It always registers the ``dsa_ops`` ops; with
+  ``DSA_OPS_VLLM_ROUTE=1`` it installs the eager route of :mod:`passes.vllm_route`; only with
   ``DSA_OPS_VLLM_PASS=1`` does it also install the pass, by wrapping
   ``VllmConfig.__post_init__`` so every ``VllmConfig`` built afterwards in that process
   gets it. A plugin gets no handle on the config (it runs before process 0 builds one),
@@ -168,11 +169,16 @@ def register() -> None:
     Registers the ``dsa_ops`` ops in this process. With ``DSA_OPS_VLLM_PASS=1`` it also
     installs the pass into the current ``VllmConfig`` (if one is set) and into every
     ``VllmConfig`` built later in this process, leaving any pass already there in place
-    and running it first. The policy is ``dsa_ops.policy.current()`` (``$DSA_OPS_POLICY``).
-    Safe to call more than once (vLLM loads plugins in every process).
+    and running it first. With ``DSA_OPS_VLLM_ROUTE=1`` it routes stock vLLM's DSA indexer
+    top-k through dsa-ops eagerly (:mod:`passes.vllm_route`; the path for DeepSeek-V3.2 /
+    GLM-5, which vLLM 0.33.0 never compiles). The policy is ``dsa_ops.policy.current()``
+    (``$DSA_OPS_POLICY``). Safe to call more than once (vLLM loads plugins in every process).
     """
     import dsa_ops  # noqa: F401  (registers the ops and the built-in backends)
+    from passes import vllm_route
 
+    if vllm_route.opted_in():
+        vllm_route.install_for_current_platform()
     if not opted_in():
         return
     _hook_vllm_config()

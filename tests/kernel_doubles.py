@@ -13,8 +13,9 @@ interface each kernel really has, including the parts our adapters must work aro
 * The in-tree decode reads a 2-D ``seq_lens`` per row and a 1-D one per request, clamps at
   0 only; in-tree prefill returns row-local indices and clamps nothing.
 * ``persistent_topk`` / ``cooperative_topk`` take exactly one length per row; persistent
-  reads it as uint32 and clamps it to ``max_seq_len``, cooperative clamps at 0 and ignores
-  ``max_seq_len``; k in {512, 1024, 2048}; a caller workspace of a minimum size;
+  clamps it to [0, min(W, max_seq_len)] on <= 32 rows and on > 64 rows with a long
+  ``max_seq_len``, and not at all on its FilteredTopK path (33..64 rows); cooperative
+  clamps at 0 only and ignores ``max_seq_len``; k in {512, 1024, 2048}; a caller workspace of a minimum size;
   cooperative takes at most 64 rows with a row pitch that is a multiple of 4.
 * Ties are taken in an arbitrary order and the valid prefix is shuffled, except in AITER's
   ``stable`` mode (lowest index wins, ascending order). The shuffle is seeded from the
@@ -327,15 +328,15 @@ def _radix_checks(name: str, logits: Tensor, lengths: Tensor, output: Tensor, wo
 
 
 def _radix_rows(name: str, logits: Tensor, lengths: Tensor, output: Tensor, k: int, clamp_to: Optional[int],
-                unwritten: int) -> None:
+                unwritten: int, clamp_negative: bool = True) -> None:
     flat, (rows, width) = lengths.reshape(-1), logits.shape
     stride0, gen = int(logits.stride(0)), _call_gen(rows, int(logits.stride(0)), k)
     for r in range(rows):
         end = int(flat[r])
         if end < 0:
-            if name == "persistent_topk":  # read as uint32: about 4e9
-                raise KernelPreconditionError(f"row {r}: negative length {end}: persistent_topk reads it as uint32")
-            end = 0  # cooperative clamps at 0
+            if not clamp_negative:  # read as uint32: about 4e9
+                raise KernelPreconditionError(f"row {r}: negative length {end}: {name} reads it as uint32")
+            end = 0
         if clamp_to is not None:
             end = min(end, clamp_to)
         if end > width:
@@ -343,6 +344,10 @@ def _radix_rows(name: str, logits: Tensor, lengths: Tensor, output: Tensor, k: i
         row = _emit(_row(logits, stride0, r, end), 0, end, k, False, gen).to(torch.int32)
         keep = k - unwritten if end > k else k
         output[r, :keep] = row[:keep]
+
+
+# sampled_topk's kMinSampledLength (vLLM 0.33.0 csrc/sampled_topk.cuh).
+SAMPLED_MIN_LENGTH = {512: 98304, 1024: 65536, 2048: 65536}
 
 
 def _persistent_topk(logits: Tensor, lengths: Tensor, output: Tensor, workspace: Tensor, k: int,
@@ -354,8 +359,15 @@ def _persistent_topk(logits: Tensor, lengths: Tensor, output: Tensor, workspace:
     # kernel. More rows take FilteredTopK (>= 128 KB smem per block), no workspace.
     need = rows * RADIX_ROW_STATE_BYTES if rows <= 32 else 0
     _radix_checks("persistent_topk", logits, lengths, output, workspace, k, need)
-    # vLLM documents max_seq_len as clamping each row's length (indexer_topk.py:334-338).
-    _radix_rows("persistent_topk", logits, lengths, output, k, max_seq_len, 0)
+    # vLLM 0.33.0 csrc/topk.cu picks the path from rows and max_seq_len: <= 32 rows run
+    # persistent_topk_kernel and > 64 rows with max_seq_len >= kMinSampledLength run
+    # sampled_topk_kernel, both clamping a length to [0, min(W, max_seq_len)];
+    # FilteredTopK (the rest) clamps nothing (a negative length gives an all -1 row).
+    sampled = rows > 64 and max_seq_len >= SAMPLED_MIN_LENGTH[k]
+    if rows <= 32 or sampled:
+        _radix_rows("persistent_topk", logits, lengths, output, k, min(max_seq_len, int(logits.stride(0))), 0)
+    else:
+        _radix_rows("persistent_topk (FilteredTopK path)", logits, lengths, output, k, None, 0)
 
 
 def _cooperative_topk(logits: Tensor, lengths: Tensor, output: Tensor, workspace: Tensor, k: int,

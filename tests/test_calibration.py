@@ -104,3 +104,45 @@ def test_committed_h200_policy_is_reproducible_from_its_measurements():
     assert [r.backend for r in pol.decode if r.matches(facts)][0] == "triton"
     for long in (False, True):
         assert [r.backend for r in pol.prefill if r.matches(facts, long)][0] == "triton"
+
+
+def test_calibrate_measures_decode_only_backends_on_decode_points_only(monkeypatch):
+    """vllm_persistent / vllm_cooperative have no prefill op: calibrate must not time them there."""
+    import dataclasses
+
+    import dsa_ops
+    from dsa_ops.backends import BACKENDS
+    from dsa_ops.backends.base import YES
+    from dsa_ops.commands import calibrate
+
+    both = dataclasses.replace(dsa_ops.backends.get("reference"), name="cal_both_double", available=lambda: YES,
+                               supports=lambda q: YES, test_only=True, _cache={})
+    decode_only = dataclasses.replace(both, name="cal_decode_only_double", prefill=None, _cache={})
+    for b in (both, decode_only):
+        monkeypatch.setitem(BACKENDS, b.name, b)
+    names = [both.name, decode_only.name]
+    assert calibrate._serving(names, "decode", 2048, 133120) == names
+    assert calibrate._serving(names, "prefill", 2048, 16384) == [both.name]
+
+
+def test_committed_h200_vllm_policy_is_reproducible_and_routes_to_vllms_kernels():
+    """docs/benchmarks/h200-policy-vllm.json (every real backend, exact or not): rebuilt from
+    its stored measurements it has the same hash; decode goes to vllm_cooperative, prefill to
+    vllm below the measured 128K crossover and to triton at or above it."""
+    import os
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    pol = P.load(os.path.join(root, "docs", "benchmarks", "h200-policy-vllm.json"))
+    meta = pol.meta
+    ms = [C.Measurement(**m) for m in meta["measurements"]]
+    assert {m.backend for m in ms} == {"triton", "vllm", "vllm_persistent", "vllm_cooperative"}
+    rebuilt = C.build_policy(ms, meta["platform"], meta["arch"],
+                             {k: v for k, v in meta.items() if k not in ("measurements", "decode_bands", "prefill")})
+    assert rebuilt.content_hash() == pol.content_hash()
+    assert pol.prefill_threshold == 131072
+    for width in (133120, 1048576):
+        facts = P.Facts("cuda", "sm_90", "cuda", 2048, 1, width)
+        assert [r.backend for r in pol.decode if r.matches(facts)][0] == "vllm_cooperative"
+    facts = P.Facts("cuda", "sm_90", "cuda", 2048, 1, 131072)
+    assert [r.backend for r in pol.prefill if r.matches(facts, False)][0] == "vllm"
+    assert [r.backend for r in pol.prefill if r.matches(facts, True)][0] == "triton"

@@ -100,8 +100,12 @@ def test_vllm_radix_adapter_with_double_matches_reference(radix, gen, backend, r
     (call,) = radix.log.calls
     assert call["fn"] == backend.name.split("_")[1]
     ends = call["lengths"]
+    assert call["max_seq_len"] == width
+    if backend is PERSISTENT:  # <= 32 rows: the kernel clamps, so the lengths go in untouched
+        assert torch.equal(ends, lengths)
+        return
     assert ends.dtype == torch.int32 and ends.shape == (rows,) and ends.is_contiguous()
-    assert int(ends.min()) >= 0 and int(ends.max()) <= width and call["max_seq_len"] == width
+    assert int(ends.min()) >= 0 and int(ends.max()) <= width
 
 
 @BOTH
@@ -118,7 +122,28 @@ def test_vllm_radix_adapter_with_double_mtp(radix, gen, backend, shape):
     (call,) = radix.log.calls
     layout = "per_request" if shape == "per_request" else "per_row"
     want = row_lengths(lengths, batch * next_n, next_n, layout, clamp_to=width).to(torch.int32)
+    if backend is PERSISTENT and shape == "per_row_2d":  # one int32 per row: passed untouched
+        want = lengths
     assert torch.equal(call["lengths"], want)
+
+
+@pytest.mark.parametrize("rows, width, untouched", [
+    (1, 4096, True), (32, 4096, True), (33, 4096, False), (64, 163840, False), (65, 4096, False),
+    (65, 65535, False), (65, 65536, True), (80, 163840, True),
+])
+def test_vllm_persistent_clamps_where_its_kernel_path_does_not(radix, gen, rows, width, untouched):
+    """FilteredTopK (33..64 rows, or > 64 rows with W below kMinSampledLength) reads lengths
+    unclamped: there the adapter clamps; elsewhere the kernel does, and lengths go in as is."""
+    k = 2048
+    lengths = torch.randint(-3, width + 50, (rows,), generator=gen, dtype=torch.int32)
+    x = data.logits(gen, rows, width, "ties")
+    got = dsa_ops.topk_decode(x, lengths, k, backend=PERSISTENT.name)
+    assert_decode_equivalent(got, x, lengths, k)
+    (call,) = radix.log.calls
+    if untouched:
+        assert torch.equal(call["lengths"], lengths)
+    else:
+        assert torch.equal(call["lengths"], lengths.clamp(0, width))
 
 
 @BOTH
@@ -202,6 +227,9 @@ def _direct_args(rows=4, width=600, k=512, **over):
 def test_radix_doubles_raise_where_the_kernels_misbehave(fn, bad, match):
     if fn == "persistent_topk" and "rows" in bad:
         bad = dict(bad, rows=8)  # > 32 rows takes FilteredTopK, which needs no workspace
+    if fn == "persistent_topk" and match == "reads past the row":
+        # Only its FilteredTopK path (33..64 rows) reads lengths unclamped.
+        bad = dict(bad, rows=40, lengths=torch.tensor([600, 601] + [0] * 38, dtype=torch.int32))
     args = _direct_args(**{k: v for k, v in bad.items() if k == "rows"})
     args.update({k: v for k, v in bad.items() if k != "rows"})
     op = getattr(getattr(torch.ops, register_vllm_radix_double()), fn)
@@ -210,16 +238,26 @@ def test_radix_doubles_raise_where_the_kernels_misbehave(fn, bad, match):
 
 
 @pytest.mark.parametrize("fn, bad, match", [
-    ("persistent_topk", dict(lengths=torch.tensor([-1, 0, 5, 6], dtype=torch.int32)), "uint32"),
     ("cooperative_topk", dict(rows=65), "<=64 rows"),
     ("cooperative_topk", dict(logits=torch.zeros(4, 603)[:, :600]), "multiple of 4"),
 ])
 def test_radix_doubles_kernel_specific_limits(fn, bad, match):
+    """(vLLM 0.33.0's persistent_topk clamps negative lengths to 0 on every path, so it has
+    no uint32 limit left: see test_persistent_double_reads_a_negative_length_as_empty.)"""
     args = _direct_args(**{k: v for k, v in bad.items() if k == "rows"})
     args.update({k: v for k, v in bad.items() if k != "rows"})
     op = getattr(getattr(torch.ops, register_vllm_radix_double()), fn)
     with pytest.raises(KernelPreconditionError, match=match):
         op(**args)
+
+
+@pytest.mark.parametrize("rows", [4, 40, 80])
+def test_persistent_double_reads_a_negative_length_as_empty(rows):
+    lengths = torch.full((rows,), 600, dtype=torch.int32)
+    lengths[1] = -1
+    args = _direct_args(rows=rows, lengths=lengths, max_seq_len=600)
+    getattr(torch.ops, register_vllm_radix_double()).persistent_topk(**args)
+    assert bool((args["output"][1] == -1).all()) and bool((args["output"][0] >= 0).all())
 
 
 @BOTH
@@ -298,8 +336,9 @@ def test_vllm_radix_records_are_registered_decode_only():
         assert b.decode is not None and b.prefill is None and b.version() == module_version("vllm")
         with pytest.raises(ValueError, match="prefill"):
             ops.backend_op(b.name, "prefill")
-    assert vllm_radix.PERSISTENT.exact is True
-    assert vllm_radix.COOPERATIVE.exact is False  # crowded fp16 boundary bins: approximate
+    # Measured on the H200 (docs/vllm-kernels.md): exact on finite logits, ties included,
+    # but special values (NaN, -0, +-inf) leave the contract's key order.
+    assert vllm_radix.PERSISTENT.exact is False and vllm_radix.COOPERATIVE.exact is False
 
 
 def _real_or_skip(record, width: int, k: int) -> None:
@@ -317,7 +356,7 @@ def test_real_vllm_radix_backend_matches_reference(gen, record, rows):
     _real_or_skip(record, width, k)
     pool = torch.tensor([0, 1, 2047, 2048, 2049, 9000, 33_000, 40_000, 90_000])  # every kernel path
     lengths = pool[torch.randint(0, len(pool), (rows,), generator=gen)].to(torch.int32)
-    kind = "ties" if record.exact else "randn"  # cooperative is approximate on crowded boundary bins
+    kind = "ties"  # measured exact on ties (tests/test_vllm_real_kernels.py); special values are not
     x = data.logits(gen, rows, width, kind).cuda()
     got = dsa_ops.topk_decode(x, lengths.cuda(), k, backend=record.name, out=data.poisoned_out(rows, k).cuda())
     assert_decode_equivalent(got, x, lengths, k)
@@ -344,3 +383,24 @@ def test_real_vllm_radix_backend_cuda_graph_replay(gen, record):
         graph.replay()
         torch.cuda.synchronize()
         assert_decode_equivalent(out, x, lengths, k)
+
+
+def test_bench_raw_columns_call_the_kernel_alone(radix, gen):
+    """dsa-ops bench's raw columns: the op itself on lengths already clamped, plus only the -1
+    fill for cooperative's raw+fill; cooperative has no raw column above 64 rows."""
+    from dsa_ops.commands import bench_raw
+
+    assert bench_raw.raw_names(["triton", "vllm_persistent", "vllm_cooperative"]) == [
+        "vllm_persistent:raw", "vllm_cooperative:raw", "vllm_cooperative:raw+fill"]
+    assert not bench_raw.supported("vllm_cooperative:raw+fill", 65) and bench_raw.supported("vllm_persistent:raw", 65)
+    x = data.logits(gen, 3, 600, "randn")
+    lens = torch.tensor([5, 700, 600], dtype=torch.int32)
+    for raw, fn in (("vllm_persistent:raw", "persistent"), ("vllm_cooperative:raw+fill", "cooperative")):
+        radix.log.calls.clear()
+        out = torch.full((3, 512), 9, dtype=torch.int32)
+        bench_raw.raw_call(raw, x, lens, 512, out)()
+        (call,) = radix.log.calls
+        assert call["fn"] == fn and call["lengths"].tolist() == [5, 600, 600] and call["max_seq_len"] == 600
+        assert_decode_equivalent(out, x, lens, 512)
+    with pytest.raises(ValueError, match="raw"):
+        bench_raw.raw_call("vllm_x:raw", x, lens, 512, out)

@@ -8,6 +8,10 @@ the figure is the median of --reps replays. Prefill: one 16384-row causal chunk 
 at C - 16384 + r + 1) at C = 16K / 32K / 64K / 128K, eager medians. Before a backend is
 timed on a shape, its output is checked against the reference (dsa_ops.testing) on a subset
 of rows. The reference itself is timed only up to --ref-max-elems logits (it is slow).
+
+Next to each available vLLM backend the decode table gets its raw kernel (``<name>:raw``,
+and ``vllm_cooperative:raw+fill``: vLLM's op called directly, dsa_ops/commands/bench_raw.py)
+and bench.md an adapter-cost table (routed minus raw); --no-raw leaves them out.
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ import time
 from typing import Any, Callable
 
 import torch
+
+from dsa_ops.commands import bench_raw
 
 HELP = "time every available backend (decode graph replays, prefill eager); write table, JSON, PNG"
 
@@ -46,6 +52,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--k", type=int, default=2048, help="top-k (default: 2048)")
     p.add_argument("--backends", default="", help="comma list (default: every available backend)")
     p.add_argument("--verify-rows", type=int, default=8, help="rows per shape checked against the reference")
+    p.add_argument("--no-raw", action="store_true",
+                   help="leave out the raw-kernel columns (vLLM's ops called directly, next to their adapters)")
     p.add_argument("--ref-max-elems", type=int, default=1 << 24, help="time the reference only up to R*W elements")
     from dsa_ops.commands import bench_e2e
 
@@ -95,6 +103,8 @@ def _decode_case(name: str, rows: int, width: int, length: Any, k: int, reps: in
     def call() -> None:
         api.topk_decode(x, lens, k, backend=name, out=out)
 
+    if name in bench_raw.RAW:
+        call = bench_raw.raw_call(name, x, lens, k, out)  # noqa: F811 (the kernel alone)
     graph = capture(call)
     out.fill_(-7)
     graph.replay()
@@ -159,6 +169,28 @@ def _table(records: list[dict], names: list[str]) -> str:
         cells.append(f"{tgt:.1f}" if tgt else "-")
         ok = tgt and tri and not tri.get("skipped")
         cells.append(f"{tri['median_us'] / tgt:.2f}" if ok else "-")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _overhead_table(records: list[dict], raws: list[str]) -> str:
+    """Per decode shape and vLLM backend: raw, routed and routed - raw (us)."""
+    pairs = [(raw, base) for raw, base in bench_raw.RAW.items() if raw in raws and raw != "vllm_cooperative:raw"]
+    if not pairs:
+        return ""
+    by = {(r["rows"], r["width"], r["length"], r["backend"]): r for r in records
+          if r["family"] == "decode" and "median_us" in r}
+    head = ["rows", "W", "L"] + [f"{b}: raw / routed / +" for _, b in pairs]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for rows, width, length in dict.fromkeys((r["rows"], r["width"], r["length"]) for r in records
+                                             if r["family"] == "decode"):
+        cells = [str(rows), str(width), str(length)]
+        for raw, base in pairs:
+            a, b = by.get((rows, width, length, raw)), by.get((rows, width, length, base))
+            if raw.startswith("vllm_cooperative") and rows > 64:
+                a = by.get((rows, width, length, "vllm_persistent:raw"))  # the adapter runs persistent there
+            cells.append(f"{a['median_us']:.1f} / {b['median_us']:.1f} / {b['median_us'] - a['median_us']:+.1f}"
+                         if a and b else "-")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -235,6 +267,7 @@ def run(args: argparse.Namespace) -> int:
     for n in wanted:
         if n not in names:
             _log(f"skipping backend {n}: {dsa_ops.backends()[n].availability().reason}")
+    raws = [] if args.no_raw else bench_raw.raw_names(names)
     cases: list[tuple[str, dict, Callable[[str], dict]]] = []
     for w in _ints(args.widths):
         for rows in _ints(args.rows):
@@ -245,14 +278,18 @@ def run(args: argparse.Namespace) -> int:
         meta = {"family": "prefill", "rows": PREFILL_ROWS, "width": c, "length": c}
         cases.append(("prefill", meta, lambda n, c=c: _prefill_case(n, c, args.k, args.prefill_reps, args.verify_rows)))
     records: list[dict] = []
-    total = len(cases) * len(names)
+    columns = names + raws
+    total = len(cases) * len(columns)
     done = 0
     for family, meta, fn in cases:
-        for n in names:
+        for n in columns:
             done += 1
+            if n in bench_raw.RAW and (family != "decode" or not bench_raw.supported(n, meta["rows"])):
+                continue
             rec = {**meta, "backend": n}
             rec["targets"] = _targets(rec)
-            sup = dsa_ops.backends()[n].check(Query(family, "cuda", args.k, meta["width"]))
+            base = bench_raw.RAW.get(n, n)
+            sup = dsa_ops.backends()[base].check(Query(family, "cuda", args.k, meta["width"]))
             too_big = n == "reference" and (family == "prefill" or meta["rows"] * meta["width"] > args.ref_max_elems)
             if not sup or too_big:
                 rec["skipped"] = "too slow at this size" if too_big else sup.reason
@@ -268,14 +305,21 @@ def run(args: argparse.Namespace) -> int:
             records.append(rec)
     os.makedirs(args.out, exist_ok=True)
     meta = _meta()
-    table = _table(records, names)
+    table = _table(records, columns)
+    overhead = _overhead_table(records, raws)
     print(table)
+    if overhead:
+        print("\n" + overhead)
     with open(os.path.join(args.out, "bench.json"), "w") as f:
         json.dump({"meta": meta, "k": args.k, "records": records}, f, indent=1)
     with open(os.path.join(args.out, "bench.md"), "w") as f:
         f.write(f"# dsa-ops bench\n\ndevice: {meta['device']}; torch {meta['torch']}; triton {meta['triton']}; "
                 f"{meta['date']}\n\nk = {args.k}. {meta['timing']}. Target = 0.8x vLLM cooperative_topk "
-                f"(and <= 10 us at 128K for rows <= 16); prefill target 3.0 ms at C = 128K.\n\n{table}\n")
+                f"(and <= 10 us at 128K for rows <= 16); prefill target 3.0 ms at C = 128K. <backend>:raw columns "
+                f"call vLLM's op directly on inputs already in its form (dsa_ops/commands/bench_raw.py).\n\n{table}\n")
+        if overhead:
+            f.write(f"\n## Adapter cost over the raw kernel\n\nrouted median - raw median, us (cooperative: "
+                    f"against raw+fill, the -1 fill its adapter must do too).\n\n{overhead}\n")
     _log(_plot(records, names, os.path.join(args.out, "bench.png")))
     bad = [r for r in records if r.get("verified", "ok") != "ok"]
     return 1 if bad else 0

@@ -45,6 +45,16 @@ def _candidates(names: str | None, k: int, width: int) -> list[str]:
     return [n for n in chosen if pool[n].check(Query("decode", "cuda", k, width))]
 
 
+def _serving(names: list[str], family: str, k: int, width: int) -> list[str]:
+    """The candidates that serve this family at this width (decode-only backends such as
+    vllm_persistent have no prefill op and are left out of the prefill points)."""
+    import dsa_ops
+    from dsa_ops.backends.base import Query
+
+    pool = dsa_ops.backends(include_test_only=True)
+    return [n for n in names if pool[n].check(Query(family, "cuda", k, width))]
+
+
 def measure(args: argparse.Namespace, progress: Callable[[int, int, str], None] = _progress) -> list:
     """All decode and prefill measurements; each result is checked against the reference."""
     from dsa_ops import ops
@@ -70,7 +80,7 @@ def measure(args: argparse.Namespace, progress: Callable[[int, int, str], None] 
         else:  # one causal chunk: row r ends at C - R + r + 1
             starts = torch.zeros(rows, dtype=torch.int32, device=dev)
             ends = (torch.arange(rows, device=dev, dtype=torch.int32) + (length - rows + 1)).clamp(min=0)
-        for name in names:
+        for name in _serving(names, family, k, width):
             i += 1
             progress(i, n, f"{family} {name} rows={rows} L={length} W={width}")
             op = ops.backend_op(name, family, out=True)
