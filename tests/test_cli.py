@@ -63,6 +63,16 @@ BAD = [
     (["explain", "--width", "-5"], "--width: expected an int >= 1, got -5"),
     (["explain", "--device", "meta"], "--device: expected cpu or cuda[:N], got 'meta'"),
     (["explain", "--policy", "/nonexistent/p.json"], "policy: cannot read '/nonexistent/p.json'"),
+    # bench / calibrate check their values before they look for a GPU (on one they used to end in
+    # a KeyError or ValueError traceback)
+    (["bench", "--backends", "nope"], "--backends: no backend named 'nope'; registered:"),
+    (["bench", "--rows", "x"], "--rows: expected a comma list of ints >= 1, got 'x'"),
+    (["bench", "--widths", "0"], "--widths: expected a comma list of ints >= 1, got '0'"),
+    (["bench", "--lengths", "4096,mixed,y"], "--lengths: expected a comma list of ints >= 0 or mixed, got 'y'"),
+    (["bench", "--k", "0"], "--k: expected 1 <= k <= 4096, got 0"),
+    (["bench", "--e2e", "--e2e-backends", "zz"], "--e2e-backends: no backend named 'zz'"),
+    (["calibrate", "--backends", "nope"], "--backends: no backend named 'nope'; registered:"),
+    (["calibrate", "--k", "5000"], "--k: expected 1 <= k <= 4096, got 5000"),
 ]
 if _no_cuda_build():
     BAD += [(["demo", "--device", "cuda"], "--device cuda: no CUDA device here"),

@@ -247,7 +247,27 @@ def _meta() -> dict:
     }
 
 
+def check_args(args: argparse.Namespace) -> None:
+    """Every value is checked before anything runs (a bad one is one line and exit 2)."""
+    from dsa_ops.commands import checks
+
+    checks.top_k(args.k)
+    checks.at_least("reps", args.reps, 1)
+    checks.at_least("prefill-reps", args.prefill_reps, 1)
+    checks.at_least("verify-rows", args.verify_rows, 0)
+    checks.int_list("rows", args.rows)
+    checks.int_list("widths", args.widths)
+    checks.int_list("lengths", args.lengths, 0, extra=("mixed",))
+    checks.int_list("prefill-c", args.prefill_c)
+    checks.backend_names("backends", args.backends)
+    if args.e2e:
+        checks.backend_names("e2e-backends", args.e2e_backends)
+        checks.int_list("e2e-contexts", args.e2e_contexts)
+        checks.int_list("e2e-batches", args.e2e_batches)
+
+
 def run(args: argparse.Namespace) -> int:
+    check_args(args)
     if not torch.cuda.is_available():
         print("dsa-ops bench: needs a CUDA (or ROCm) device; none is visible (torch.cuda.is_available() "
               "is False). Nothing was timed.", file=sys.stderr)

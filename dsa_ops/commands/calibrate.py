@@ -129,6 +129,11 @@ def report(policy, ms: list) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from dsa_ops.commands import checks
+
+    checks.top_k(args.k)
+    checks.at_least("reps", args.reps, 1)
+    checks.backend_names("backends", args.backends)
     if not torch.cuda.is_available():
         print("dsa-ops calibrate: needs a CUDA or ROCm GPU (it times kernels on the device it calibrates); "
               "none is visible here", file=sys.stderr)

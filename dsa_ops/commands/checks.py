@@ -63,3 +63,35 @@ def policy(path: str | None):
         return P.load(path) if path else P.current()
     except ValueError as exc:
         raise UsageError(str(exc) if path else f"${P.ENV_VAR}: {exc}") from None
+
+
+def int_list(option: str, value: str, low: int = 1, extra: tuple[str, ...] = ()) -> list:
+    """A comma list of ints >= ``low`` (and the words in ``extra``), e.g. ``--rows 1,8,16``."""
+    out = []
+    for item in (x.strip() for x in value.split(",")):
+        if not item:
+            continue
+        if item in extra:
+            out.append(item)
+            continue
+        try:
+            n = int(item)
+        except ValueError:
+            n = None
+        if n is None or n < low:
+            words = f" or {', '.join(extra)}" if extra else ""
+            raise UsageError(f"--{option}: expected a comma list of ints >= {low}{words}, got {item!r} in {value!r}")
+        out.append(n)
+    return out
+
+
+def backend_names(option: str, value: str | None) -> list[str]:
+    """A comma list of registered backend names (empty: none named)."""
+    import dsa_ops
+
+    known = dsa_ops.backends()
+    names = [n.strip() for n in (value or "").split(",") if n.strip()]
+    bad = [n for n in names if n not in known]
+    if bad:
+        raise UsageError(f"--{option}: no backend named {', '.join(map(repr, bad))}; registered: {sorted(known)}")
+    return names
