@@ -120,6 +120,23 @@ def _route(family: str, key: tuple, pol, logits: Tensor, k: int, next_n: int, co
     return route
 
 
+def _dispatch(route: _Route, logits: Tensor, index: tuple, k: int, extra: tuple, compress_ratio: int,
+              out: Optional[Tensor]) -> Tensor:
+    """Run a route: its writer directly (:func:`_direct`), else its op. ``index``: the lengths,
+    or the row starts and ends; ``extra``: (next_n,) for decode, () for prefill (the writers'
+    and ops' argument orders)."""
+    if _direct(logits, *index, out):
+        if out is None:
+            out = torch.empty((logits.shape[0], k), dtype=torch.int32, device=logits.device)
+        route.writer(logits, *index, k, *extra, route.stable, out)
+        return out
+    args = (logits, *index, k, *extra, compress_ratio, route.stable)
+    if out is None:
+        return route.op(*args)
+    route.op(*args, out)
+    return out
+
+
 def _cached(key: tuple, pol) -> Optional[_Route]:
     route = _ROUTES.get(key)
     if route is not None and route.policy is pol and BACKENDS.get(route.backend.name) is route.backend:
@@ -192,15 +209,7 @@ def topk_decode(
         validate.check_no_overlap(out, route.extents, logits=logits, lengths=lengths)
     if check:
         validate.check_decode_values(logits, lengths, next_n, route.layout)
-    if _direct(logits, lengths, out):
-        if out is None:
-            out = torch.empty((logits.shape[0], k), dtype=torch.int32, device=logits.device)
-        route.writer(logits, lengths, k, next_n, route.stable, out)
-        return out
-    if out is None:
-        return route.op(logits, lengths, k, next_n, compress_ratio, route.stable)
-    route.op(logits, lengths, k, next_n, compress_ratio, route.stable, out)
-    return out
+    return _dispatch(route, logits, (lengths,), k, (next_n,), compress_ratio, out)
 
 
 def _compiled_decode(logits, lengths, k, next_n, backend, out, compress_ratio, stable, check) -> Tensor:
@@ -286,15 +295,7 @@ def topk_prefill(
         validate.check_no_overlap(out, route.extents, logits=logits, row_starts=row_starts, row_ends=row_ends)
     if check:
         validate.check_prefill_values(logits, row_starts, row_ends)
-    if _direct(logits, row_starts, row_ends, out):
-        if out is None:
-            out = torch.empty((logits.shape[0], k), dtype=torch.int32, device=logits.device)
-        route.writer(logits, row_starts, row_ends, k, route.stable, out)
-        return out
-    if out is None:
-        return route.op(logits, row_starts, row_ends, k, compress_ratio, route.stable)
-    route.op(logits, row_starts, row_ends, k, compress_ratio, route.stable, out)
-    return out
+    return _dispatch(route, logits, (row_starts, row_ends), k, (), compress_ratio, out)
 
 
 def _compiled_prefill(logits, row_starts, row_ends, k, max_seqlen_k, backend, out, compress_ratio, stable,

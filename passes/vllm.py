@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import copy
 import functools
-import os
 from typing import Any, Optional, TypeVar
 
 from dsa_ops.policy import Policy
@@ -37,12 +36,9 @@ C = TypeVar("C")
 
 def opted_in() -> bool:
     """Whether ``DSA_OPS_VLLM_PASS`` asks the plugin to install the pass ("1": yes; unset, "" or "0": no)."""
-    value = os.environ.get(ENV_VAR, "").strip()
-    if value in ("", "0"):
-        return False
-    if value == "1":
-        return True
-    raise ValueError(f"{ENV_VAR}: expected 0 or 1, got {value!r}")
+    from passes.vllm_route import env_switch
+
+    return env_switch(ENV_VAR)
 
 
 def _compose(existing: Any, policy: Optional[Policy]) -> Any:

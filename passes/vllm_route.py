@@ -60,14 +60,20 @@ CUSTOM_OPS = "vllm._custom_ops"
 AITER_OPS = "vllm._aiter_ops"
 
 
-def opted_in() -> bool:
-    """Whether ``DSA_OPS_VLLM_ROUTE`` asks for routing ("1": yes; unset, "" or "0": no)."""
-    value = os.environ.get(ENV_VAR, "").strip()
+def env_switch(var: str) -> bool:
+    """An opt-in environment switch: "1" is on; unset, "" or "0" is off; anything else a
+    ValueError naming the variable."""
+    value = os.environ.get(var, "").strip()
     if value in ("", "0"):
         return False
     if value == "1":
         return True
-    raise ValueError(f"{ENV_VAR}: expected 0 or 1, got {value!r}")
+    raise ValueError(f"{var}: expected 0 or 1, got {value!r}")
+
+
+def opted_in() -> bool:
+    """Whether ``DSA_OPS_VLLM_ROUTE`` asks for routing ("1": yes; unset, "" or "0": no)."""
+    return env_switch(ENV_VAR)
 
 
 # ---------------------------------------------------------------- the routed calls

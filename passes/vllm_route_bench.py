@@ -172,7 +172,7 @@ def measure_cuda(iters: int) -> list[tuple[str, float]]:
         rows_out.append((f"device, decode {rows} x {width}, MTP next_n 2: routed",
                          device(lambda: vllm_route.route_decode(x, seq, 2, out, K))))
         flat = seq.reshape(-1)
-        rows_out.append((f"device, same: dsa_ops.topk_decode", device(lambda: dsa_ops.topk_decode(x, flat, K, out=out))))
+        rows_out.append(("device, same: dsa_ops.topk_decode", device(lambda: dsa_ops.topk_decode(x, flat, K, out=out))))
     return rows_out
 
 
