@@ -97,11 +97,14 @@ def _tmeta(t) -> tuple:
     return (t.dtype, t.device, t.shape, t.stride())
 
 
-def _direct(*tensors) -> bool:
+def _direct(tensors: tuple) -> bool:
     """Whether an eager call may run the writer itself: plain tensors, no torch function or
     dispatch mode (fake tensors, tracing, vmap) and no profiler (which should see the op)."""
-    return (all(type(t) is Tensor for t in tensors if t is not None) and not torch._C._len_torch_dispatch_stack()
-            and not torch._C._is_torch_function_mode_enabled() and not torch._C._autograd._profiler_enabled())
+    for t in tensors:
+        if type(t) is not Tensor and t is not None:
+            return False
+    return not (torch._C._len_torch_dispatch_stack() or torch._C._is_torch_function_mode_enabled()
+                or torch._C._autograd._profiler_enabled())
 
 
 def _route(family: str, key: tuple, pol, logits: Tensor, k: int, next_n: int, compress_ratio: int,
@@ -125,7 +128,7 @@ def _dispatch(route: _Route, logits: Tensor, index: tuple, k: int, extra: tuple,
     """Run a route: its writer directly (:func:`_direct`), else its op. ``index``: the lengths,
     or the row starts and ends; ``extra``: (next_n,) for decode, () for prefill (the writers'
     and ops' argument orders)."""
-    if _direct(logits, *index, out):
+    if _direct((logits, *index, out)):
         if out is None:
             out = torch.empty((logits.shape[0], k), dtype=torch.int32, device=logits.device)
         route.writer(logits, *index, k, *extra, route.stable, out)
@@ -192,7 +195,8 @@ def topk_decode(
         return _compiled_decode(logits, lengths, k, next_n, backend, out, compress_ratio, stable, check)
     pol = policy_mod.current()
     try:
-        key = ("decode", _tmeta(logits), _tmeta(lengths), out is None or _tmeta(out), k, next_n, compress_ratio,
+        key = ("decode", logits.dtype, logits.device, logits.shape, logits.stride(), lengths.dtype, lengths.device,
+               lengths.shape, lengths.stride(), None if out is None else _tmeta(out), k, next_n, compress_ratio,
                stable, backend, id(pol))
         route = _cached(key, pol)
     except (AttributeError, TypeError):  # not tensors, or unhashable arguments: the checks below say what
@@ -205,8 +209,8 @@ def topk_decode(
             validate.check_out(out, logits, k)
         route = _route("decode", key, pol, logits, k, next_n, compress_ratio, stable, backend, out is not None,
                        False, layout, (out, logits, lengths))
-    if out is not None:
-        validate.check_no_overlap(out, route.extents, logits=logits, lengths=lengths)
+    if out is not None and validate.first_overlap(out, route.extents, (logits, lengths)) >= 0:
+        validate.check_no_overlap(out, route.extents, logits=logits, lengths=lengths)  # raises, naming the input
     if check:
         validate.check_decode_values(logits, lengths, next_n, route.layout)
     return _dispatch(route, logits, (lengths,), k, (next_n,), compress_ratio, out)
@@ -278,8 +282,10 @@ def topk_prefill(
     pol = policy_mod.current()
     long = max_seqlen_k is not None and max_seqlen_k >= pol.prefill_threshold
     try:
-        key = ("prefill", _tmeta(logits), _tmeta(row_starts), _tmeta(row_ends), out is None or _tmeta(out), k,
-               compress_ratio, stable, backend, long, id(pol))
+        key = ("prefill", logits.dtype, logits.device, logits.shape, logits.stride(), row_starts.dtype,
+               row_starts.device, row_starts.shape, row_starts.stride(), row_ends.dtype, row_ends.device,
+               row_ends.shape, row_ends.stride(), None if out is None else _tmeta(out), k, compress_ratio, stable,
+               backend, long, id(pol))
         route = _cached(key, pol)
     except (AttributeError, TypeError):
         key, route = None, None
@@ -291,7 +297,7 @@ def topk_prefill(
             validate.check_out(out, logits, k)
         route = _route("prefill", key, pol, logits, k, 1, compress_ratio, stable, backend, out is not None, long, "",
                        (out, logits, row_starts, row_ends))
-    if out is not None:
+    if out is not None and validate.first_overlap(out, route.extents, (logits, row_starts, row_ends)) >= 0:
         validate.check_no_overlap(out, route.extents, logits=logits, row_starts=row_starts, row_ends=row_ends)
     if check:
         validate.check_prefill_values(logits, row_starts, row_ends)

@@ -291,6 +291,22 @@ def _span(t: Tensor, nbytes: int | None = None) -> tuple[int, int]:
     return lo, lo + nbytes
 
 
+def first_overlap(out: Tensor, extents: tuple, inputs: tuple) -> int:
+    """The index of the first input whose bytes overlap ``out``'s, or -1 (the eager route's
+    per-call test: ``extents`` are out's and then each input's, from :func:`extent`)."""
+    o_lo = out.data_ptr()
+    o_hi = o_lo + extents[0]
+    if o_hi == o_lo:
+        return -1
+    for i, t in enumerate(inputs):
+        n = extents[i + 1]
+        if n:
+            lo = t.data_ptr()
+            if lo < o_hi and o_lo < lo + n:
+                return i
+    return -1
+
+
 def check_no_overlap(out: Tensor, extents: tuple | None = None, **inputs: Tensor) -> None:
     """``out`` must not share memory with an input: a kernel writing it while reading the
     logits or the lengths would read its own output. Real tensors only (needs data pointers);
