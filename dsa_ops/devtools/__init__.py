@@ -8,5 +8,6 @@ samples by loop). No GPU: ``offline_sass`` compiles the radix kernel for sm_90 a
 registers, spills and the read loop; ``floor_probe --selfcheck`` and ``read_probe --selfcheck``
 run their kernels under ``TRITON_INTERPRET=1``. ``build_vllm_topk`` builds vLLM 0.33.0's
 top-k ops from its source release (docs/vllm-kernels.md), ``vllm_real_check`` sweeps them for
-ties and special values, ``host_cost`` times an eager call's host cost.
+ties and special values, ``host_cost`` times an eager call's host cost, ``vllm_route_bench`` (in vLLM's venv) a
+routed vLLM call's.
 """
