@@ -18,20 +18,29 @@ def test_importing_passes_vllm_does_not_import_vllm():
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
+def _switches():
+    from passes import vllm_route
+
+    return [pytest.param(passes_vllm, id="DSA_OPS_VLLM_PASS"), pytest.param(vllm_route, id="DSA_OPS_VLLM_ROUTE")]
+
+
+@pytest.mark.parametrize("module", _switches())
 @pytest.mark.parametrize("value, want", [(None, False), ("", False), ("0", False), (" 1 ", True), ("1", True)])
-def test_opt_in_values(monkeypatch, value, want):
+def test_opt_in_values(monkeypatch, module, value, want):
+    """Both plugin switches (the pass and the eager route) read "1" as on, unset / "" / "0" as off."""
     if value is None:
-        monkeypatch.delenv(passes_vllm.ENV_VAR, raising=False)
+        monkeypatch.delenv(module.ENV_VAR, raising=False)
     else:
-        monkeypatch.setenv(passes_vllm.ENV_VAR, value)
-    assert passes_vllm.opted_in() is want
+        monkeypatch.setenv(module.ENV_VAR, value)
+    assert module.opted_in() is want
 
 
-@pytest.mark.parametrize("value", ["yes", "true", "2"])
-def test_opt_in_rejects_other_values(monkeypatch, value):
-    monkeypatch.setenv(passes_vllm.ENV_VAR, value)
-    with pytest.raises(ValueError, match=passes_vllm.ENV_VAR):
-        passes_vllm.opted_in()
+@pytest.mark.parametrize("module", _switches())
+@pytest.mark.parametrize("value", ["yes", "true", "2", "on"])
+def test_opt_in_rejects_other_values(monkeypatch, module, value):
+    monkeypatch.setenv(module.ENV_VAR, value)
+    with pytest.raises(ValueError, match=module.ENV_VAR):
+        module.opted_in()
 
 
 def test_register_without_opt_in_needs_only_dsa_ops(monkeypatch):
@@ -50,21 +59,6 @@ from passes import vllm_route  # noqa: E402
 def test_importing_the_route_does_not_import_vllm():
     code = "import sys, passes.vllm_route; assert 'vllm' not in sys.modules, 'vllm imported'"
     subprocess.run([sys.executable, "-c", code], check=True)
-
-
-@pytest.mark.parametrize("value, want", [(None, False), ("", False), ("0", False), ("1", True)])
-def test_route_opt_in_values(monkeypatch, value, want):
-    if value is None:
-        monkeypatch.delenv(vllm_route.ENV_VAR, raising=False)
-    else:
-        monkeypatch.setenv(vllm_route.ENV_VAR, value)
-    assert vllm_route.opted_in() is want
-
-
-def test_route_opt_in_rejects_other_values(monkeypatch):
-    monkeypatch.setenv(vllm_route.ENV_VAR, "on")
-    with pytest.raises(ValueError, match=vllm_route.ENV_VAR):
-        vllm_route.opted_in()
 
 
 def _layer(**kw):
