@@ -22,6 +22,7 @@ _MODULES = (
     "dsa_ops.backends.vllm_intree",
     "dsa_ops.backends.vllm_radix",
     "dsa_ops.backends.triton",
+    "dsa_ops.backends.cuda.backend",
 )
 
 BACKENDS: dict[str, Backend] = {}

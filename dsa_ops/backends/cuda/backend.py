@@ -1,0 +1,76 @@
+"""Backend ``cuda``: our native top-k kernel (``topk.cu``), NVRTC-built at first use.
+
+Exact per contract §1 in both modes (its emission is ordered, so ``stable=True`` costs
+nothing). Needs an NVIDIA GPU of compute capability 9.0 or newer (thread-block clusters),
+the CUDA driver and NVRTC (torch's CUDA wheels ship it). Importing this module loads no
+library; the probe does, once.
+"""
+
+from __future__ import annotations
+
+from dsa_ops.backends.base import YES, Backend, Query, Support
+
+
+def _available() -> Support:
+    import torch
+
+    if torch.version.cuda is None:
+        return Support(False, "torch is not a CUDA build (the cuda backend runs on NVIDIA GPUs; ROCm: not built yet)")
+    if not torch.cuda.is_available():
+        return Support(False, "no CUDA device")
+    cc = torch.cuda.get_device_capability()
+    if cc < (9, 0):
+        return Support(False, f"needs compute capability 9.0+ (thread-block clusters), the device has {cc[0]}.{cc[1]}")
+    from dsa_ops.backends.cuda import driver, nvrtc
+
+    try:
+        nvrtc.load()
+        driver.load()
+    except (nvrtc.NvrtcError, driver.DriverError) as exc:
+        return Support(False, str(exc))
+    return YES
+
+
+def _supports(query: Query) -> Support:
+    if query.device_type != "cuda":
+        return Support(False, f"runs on cuda devices, got {query.device_type}")
+    if query.k < 1:
+        return Support(False, f"k must be >= 1, got {query.k}")
+    return YES
+
+
+def _version() -> str:
+    from dsa_ops.backends.cuda import cache, topk
+
+    try:
+        from dsa_ops.backends.cuda import nvrtc
+
+        compiler = "nvrtc %d.%d" % nvrtc.version()
+    except Exception:
+        compiler = "nvrtc absent"
+    return f"topk.cu {cache.source_hash(topk._PROGRAM.source)[:16]}, {compiler}"
+
+
+def decode(logits, lengths, k, next_n, stable, out) -> None:
+    """Decode writer (see :func:`dsa_ops.backends.cuda.topk.decode`)."""
+    from dsa_ops.backends.cuda import topk
+
+    topk.decode(logits, lengths, k, next_n, stable, out)
+
+
+def prefill(logits, row_starts, row_ends, k, stable, out) -> None:
+    """Prefill writer (see :func:`dsa_ops.backends.cuda.topk.prefill`)."""
+    from dsa_ops.backends.cuda import topk
+
+    topk.prefill(logits, row_starts, row_ends, k, stable, out)
+
+
+BACKEND = Backend(
+    name="cuda",
+    decode=decode,
+    prefill=prefill,
+    available=_available,
+    supports=_supports,
+    version=_version,
+    description="native CUDA radix select (clusters + distributed shared memory, sm_90+); cost follows the live length",
+)

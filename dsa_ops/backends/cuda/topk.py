@@ -1,0 +1,129 @@
+"""Host side of the ``cuda`` backend: the launch plan and the two writers for ``topk.cu``.
+
+The plan depends only on host ints (R, W) and the device (multiprocessor count, shared
+memory), never on device data, so a captured graph replays correctly with new lengths.
+No workspace: the kernel keeps everything in shared memory (docs/cuda-kernel.md §4).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from torch import Tensor
+
+from dsa_ops.backends.cuda.kernel import Function, Program
+
+SOURCE = Path(__file__).with_name("topk.cu")
+KERNEL = "topk_rows"
+THREADS = 512  # NT in topk.cu
+HIST_BYTES = 2 * 2048 * 4  # the two shared histograms
+STATIC_BYTES = 1024  # the kernel's static shared memory (Scalars), rounded up
+MAX_CLUSTER = 16  # Hopper's non-portable cluster limit
+MIN_SLICE = 4096  # few rows: no more CTAs a row than leave each this many columns
+MANY_STAGE = 32768  # many rows: keys staged a CTA (about one CTA an SM at this size)
+MODE_PER_ROW, MODE_PER_REQUEST, MODE_PREFILL = 0, 1, 2
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Launch shape for R rows of width W on one device."""
+
+    cluster: int  # CTAs a row (one thread-block cluster)
+    stage_keys: int  # keys of a row slice the CTA keeps in shared memory
+
+    @property
+    def shared(self) -> int:
+        """Dynamic shared memory a CTA (bytes)."""
+        return HIST_BYTES + 4 * self.stage_keys
+
+
+def _ceil(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def make_plan(rows: int, width: int, sms: int, smem_max: int, cluster: Optional[int] = None,
+              stage_keys: Optional[int] = None) -> Plan:
+    """The launch shape (pure function of host ints; ``cluster`` / ``stage_keys`` override
+    the choice, for benchmarks).
+
+    Few rows (R <= multiprocessors): the widest cluster (up to 16) that keeps R x cluster
+    CTAs within one wave and slices of at least MIN_SLICE columns; the stage as large as
+    the slice (every row read once) up to the shared memory left. Many rows: the smallest
+    cluster whose slice of a full-width row fits MANY_STAGE keys, so long prefill rows are
+    still read once.
+    """
+    limit = max(4, (smem_max - HIST_BYTES - STATIC_BYTES) // 4)
+    if cluster is None:
+        if rows <= sms:
+            cluster = MAX_CLUSTER
+            while cluster > 1 and (rows * cluster > sms or _ceil(width, cluster) < MIN_SLICE):
+                cluster //= 2
+        else:
+            cluster = 1
+            while cluster < MAX_CLUSTER and _ceil(width, cluster) > MANY_STAGE:
+                cluster *= 2
+    if not 1 <= cluster <= MAX_CLUSTER or cluster & (cluster - 1):
+        raise ValueError(f"cluster: expected a power of two in [1, {MAX_CLUSTER}], got {cluster}")
+    if stage_keys is None:
+        cap = limit if rows <= sms else min(limit, MANY_STAGE)
+        stage_keys = min(_ceil(_ceil(width, cluster), 4) * 4, cap)
+    stage_keys = max(4, min(int(stage_keys), limit)) & ~3
+    return Plan(cluster, stage_keys)
+
+
+_PROGRAM = Program("dsa_ops_topk", SOURCE.read_text() if SOURCE.exists() else "")
+
+
+@functools.lru_cache(maxsize=None)
+def _device_facts(index: int) -> tuple[int, int]:
+    """(multiprocessors, opt-in shared memory a block) of cuda:index."""
+    from dsa_ops.backends.cuda import driver
+    import torch
+
+    sms = torch.cuda.get_device_properties(index).multi_processor_count
+    return sms, driver.device_attribute(index, driver.DEV_ATTR_MAX_SHARED_PER_BLOCK_OPTIN)
+
+
+@functools.lru_cache(maxsize=None)
+def _plan(rows: int, width: int, index: int) -> Plan:
+    sms, smem = _device_facts(index)
+    return make_plan(rows, width, sms, smem)
+
+
+def function(index: int) -> Function:
+    """The loaded kernel on cuda:index (compiled or read from the cubin cache at first use)."""
+    _, smem = _device_facts(index)
+    return _PROGRAM.function(KERNEL, index, max_shared=smem - STATIC_BYTES, non_portable_cluster=True)
+
+
+def launch(logits: Tensor, lens: Tensor, starts: Tensor, ends: Tensor, mode: int, next_n: int, k: int,
+           out: Tensor, plan: Optional[Plan] = None) -> None:
+    """Fill ``out`` (R, k) int32 from ``logits`` (R, W) fp32 rows (already validated)."""
+    rows, width = logits.shape
+    if rows == 0:
+        return
+    index = logits.device.index
+    p = plan or _plan(rows, width, index)
+    fn = function(index)
+    fn((rows * p.cluster,), (THREADS,),
+       (logits, ctypes.c_int64(logits.stride(0)), width, lens, starts, ends, mode, next_n, k, out,
+        p.cluster, p.stage_keys),
+       shared=p.shared, cluster=(p.cluster,))
+
+
+def decode(logits: Tensor, lengths: Tensor, k: int, next_n: int, stable: bool, out: Tensor) -> None:
+    """Decode writer: per-row lengths when numel == R, else per request with ``next_n``.
+    The output is the stable one in both modes (ordered emission)."""
+    flat = lengths.reshape(-1)
+    per_row = flat.numel() == logits.shape[0]
+    launch(logits, flat, flat, flat, MODE_PER_ROW if per_row else MODE_PER_REQUEST, 1 if per_row else next_n,
+           k, out)
+
+
+def prefill(logits: Tensor, row_starts: Tensor, row_ends: Tensor, k: int, stable: bool, out: Tensor) -> None:
+    """Prefill writer: window [clamp(s), clamp(e)), sequence-local indices."""
+    launch(logits, row_starts, row_starts, row_ends, MODE_PREFILL, 1, k, out)

@@ -1,0 +1,150 @@
+"""Time the ``cuda`` backend's launch plans against each other and against ``triton`` and
+vLLM's raw ``cooperative_topk`` (when its ops load) in one process (H200 only).
+
+Decode: CUDA-graph replay of one call, L2 flushed before every replay, median of --reps;
+every timed output is first checked against the stable reference (the ``cuda`` kernel must
+match it byte for byte). Prefill: one 16384-row causal chunk per C, eager medians.
+Variants are ``cluster:stage_keys`` plans (``auto`` = the default plan).
+
+    python -m dsa_ops.devtools.cuda_topk_variants --out variants.json \
+        --decode-variants auto,1:auto,4:auto --prefill-variants auto,1:auto
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+import torch
+
+
+def _plan(spec: str, rows: int, width: int):
+    from dsa_ops.backends.cuda import topk
+
+    if spec == "auto":
+        return topk._plan(rows, width, torch.cuda.current_device())
+    c, s = spec.split(":")
+    sms, smem = topk._device_facts(torch.cuda.current_device())
+    return topk.make_plan(rows, width, sms, smem, cluster=int(c), stage_keys=None if s == "auto" else int(s))
+
+
+def _same(got: torch.Tensor, want: torch.Tensor) -> str:
+    if torch.equal(got, want):
+        return "ok"
+    rows = (got != want).any(1).nonzero().flatten().tolist()
+    return f"FAIL rows {rows[:5]}"
+
+
+def _decode(rows: int, width: int, length: int, variants: list[str], reps: int, raw: bool) -> list[dict]:
+    import dsa_ops
+    from dsa_ops.backends.cuda import topk
+    from dsa_ops.benchmarking import capture, time_graph
+
+    g = torch.Generator(device="cuda").manual_seed(rows * 31 + length)
+    x = torch.randn(rows, width, device="cuda", generator=g)
+    lens = torch.full((rows,), length, dtype=torch.int32, device="cuda")
+    out = torch.empty(rows, 2048, dtype=torch.int32, device="cuda")
+    want = dsa_ops.topk_decode(x, lens, 2048, backend="reference", stable=True)
+    calls = {}
+    for v in variants:
+        p = _plan(v, rows, width)
+        calls[f"cuda {v} ({p.cluster}x{p.stage_keys})"] = (
+            lambda p=p: topk.launch(x, lens, lens, lens, 0, 1, 2048, out, plan=p), True)
+    calls["triton"] = (lambda: dsa_ops.topk_decode(x, lens, 2048, backend="triton", out=out), False)
+    if raw and rows <= 64:
+        from dsa_ops.commands import bench_raw
+
+        calls["cooperative:raw"] = (bench_raw.raw_call("vllm_cooperative:raw", x, lens, 2048, out), None)
+    recs = []
+    for name, (call, exact) in calls.items():
+        graph = capture(call)
+        out.fill_(-7)
+        graph.replay()
+        torch.cuda.synchronize()
+        if exact:
+            status = _same(out, want)
+        elif exact is None:
+            status = "ok" if bool((out.sort(1).values == want.sort(1).values).all()) else "differs (not exact)"
+        else:
+            status = "ok" if bool((out.sort(1).values == want.sort(1).values).all()) else "FAIL"
+        t = time_graph(call, reps=reps, graph=graph)
+        recs.append({"family": "decode", "rows": rows, "width": width, "length": length, "name": name,
+                     "median_us": t.median, "p10_us": t.quantile(0.1), "p90_us": t.quantile(0.9), "check": status})
+        print(f"decode {rows:>3} x {length:>7} W {width:>7}  {name:<28} {t.median:8.1f} us  {status}",
+              file=sys.stderr, flush=True)
+    return recs
+
+
+def _prefill(chunk: int, variants: list[str], reps: int, others: list[str]) -> list[dict]:
+    import dsa_ops
+    from dsa_ops.backends.cuda import topk
+    from dsa_ops.benchmarking import time_eager
+
+    rows = 16384
+    g = torch.Generator(device="cuda").manual_seed(chunk)
+    x = torch.randn(rows, chunk, device="cuda", generator=g)
+    s = torch.zeros(rows, dtype=torch.int32, device="cuda")
+    e = torch.arange(rows, dtype=torch.int32, device="cuda") + (chunk - rows + 1)
+    out = torch.empty(rows, 2048, dtype=torch.int32, device="cuda")
+    sub = torch.arange(0, rows, 509, device="cuda")
+    want = dsa_ops.topk_prefill(x[sub], s[sub], e[sub], 2048, backend="reference", stable=True)
+    calls = {}
+    for v in variants:
+        p = _plan(v, rows, chunk)
+        calls[f"cuda {v} ({p.cluster}x{p.stage_keys})"] = (
+            lambda p=p: topk.launch(x, s, s, e, 2, 1, 2048, out, plan=p), True)
+    for o in others:
+        calls[o] = (lambda o=o: dsa_ops.topk_prefill(x, s, e, 2048, backend=o, out=out), False)
+    recs = []
+    for name, (call, exact) in calls.items():
+        call()
+        torch.cuda.synchronize()
+        got = out[sub]
+        status = _same(got, want) if exact else (
+            "ok" if bool((got.sort(1).values == want.sort(1).values).all()) else "differs")
+        t = time_eager(call, reps=reps, warmup=1)
+        recs.append({"family": "prefill", "rows": rows, "width": chunk, "name": name, "median_us": t.median,
+                     "check": status})
+        print(f"prefill C {chunk:>7}  {name:<28} {t.median:10.1f} us  {status}", file=sys.stderr, flush=True)
+    del x
+    return recs
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", default="cuda-variants.json")
+    p.add_argument("--rows", default="1,8,16,64")
+    p.add_argument("--widths", default="133120")
+    p.add_argument("--lengths", default="4096,32768,131072")
+    p.add_argument("--decode-variants", default="auto")
+    p.add_argument("--prefill-c", default="16384,32768,65536,131072")
+    p.add_argument("--prefill-variants", default="auto")
+    p.add_argument("--prefill-others", default="triton,vllm", help="other backends timed on prefill")
+    p.add_argument("--reps", type=int, default=30)
+    p.add_argument("--no-raw", action="store_true")
+    a = p.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("cuda_topk_variants: needs a CUDA device", file=sys.stderr)
+        return 2
+    import dsa_ops
+
+    raw = not a.no_raw and dsa_ops.backends()["vllm_cooperative"].availability().ok
+    others = [o for o in a.prefill_others.split(",") if o and dsa_ops.backends()[o].availability().ok]
+    t0 = time.time()
+    recs: list[dict] = []
+    for w in [int(v) for v in a.widths.split(",") if v]:
+        for r in [int(v) for v in a.rows.split(",") if v]:
+            for n in [int(v) for v in a.lengths.split(",") if v]:
+                recs += _decode(r, w, min(n, w), a.decode_variants.split(","), a.reps, raw)
+    for c in [int(v) for v in a.prefill_c.split(",") if v]:
+        recs += _prefill(c, a.prefill_variants.split(","), 3, others)
+    meta = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "seconds": round(time.time() - t0, 1)}
+    with open(a.out, "w") as f:
+        json.dump({"meta": meta, "records": recs}, f, indent=1)
+    return 0 if all(r["check"] in ("ok", "differs (not exact)", "differs") for r in recs) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,244 @@
+"""Backend ``cuda`` (dsa_ops/backends/cuda/topk.cu): the launch plan on CPU; on an NVIDIA
+GPU of sm_90+, every path of the kernel against the contract.
+
+The kernel's emission is ordered, so in both modes its output must equal the stable
+reference byte for byte (contract §1.1): every GPU case compares with
+``backend="reference", stable=True`` (and small cases with the independent oracle too).
+Paths are forced through the plan: cluster sizes 1-16, the shared stage, the candidate
+buffer and the four-read fallback (``stage_keys`` small enough that neither fits).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import dsa_ops
+from dsa_ops.backends.cuda import topk
+from dsa_ops.backends.cuda.topk import Plan, make_plan
+from tests import oracle
+from tests.data import from_bits, logits as make_logits, sliced
+
+H200 = dict(sms=132, smem_max=232448)
+
+
+# ---------------------------------------------------------------- plan (CPU)
+
+@pytest.mark.parametrize("rows, width, want", [
+    (1, 133120, (16, 8320)),  # one wave of 16 CTAs, each slice staged
+    (8, 133120, (16, 8320)),
+    (16, 133120, (8, 16640)),
+    (64, 133120, (2, 66560)),  # the slice outgrows shared memory: 128K rows collect instead
+    (1, 4096, (1, 4096)),  # no slice below MIN_SLICE columns
+    (16384, 16384, (1, 16384)),  # prefill chunks: one CTA a row, the row staged
+    (16384, 131072, (4, 32768)),
+    (16384, 1048576, (16, 32768)),
+])
+def test_plan_shapes(rows, width, want):
+    p = make_plan(rows, width, **H200)
+    cluster, stage = want
+    assert p.cluster == cluster
+    limit = (H200["smem_max"] - topk.HIST_BYTES - topk.STATIC_BYTES) // 4 & ~3
+    assert p.stage_keys == min(stage, limit)
+    assert p.stage_keys % 4 == 0 and p.shared + topk.STATIC_BYTES <= H200["smem_max"]
+    assert rows > H200["sms"] or rows * p.cluster <= H200["sms"]
+
+
+def test_plan_overrides_and_refusals():
+    assert make_plan(3, 1000, cluster=8, stage_keys=6, **H200) == Plan(8, 4)
+    assert make_plan(3, 1000, stage_keys=10**9, **H200).stage_keys < 10**9  # bounded by shared memory
+    for bad in (0, 3, 32):
+        with pytest.raises(ValueError, match="cluster"):
+            make_plan(3, 1000, cluster=bad, **H200)
+
+
+def test_backend_is_registered_and_explains_itself():
+    b = dsa_ops.backends()["cuda"]
+    assert b.exact and b.decode and b.prefill
+    sup = b.availability()
+    if not torch.cuda.is_available():
+        assert not sup and ("CUDA" in sup.reason or "cuda" in sup.reason)
+    assert "topk.cu" in b.version()
+
+
+def test_kernel_source_ships_with_the_package():
+    assert topk.SOURCE.is_file() and "topk_rows" in topk.SOURCE.read_text()
+    import tomllib
+    from pathlib import Path
+
+    cfg = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
+    assert "*.cu" in cfg["tool"]["setuptools"]["package-data"]["dsa_ops.backends.cuda"]
+
+
+# ---------------------------------------------------------------- GPU
+
+def _ready() -> str:
+    if not torch.cuda.is_available() or torch.version.cuda is None:
+        return "needs an NVIDIA GPU"
+    if torch.cuda.get_device_capability() < (9, 0):
+        return "needs sm_90+ (thread-block clusters)"
+    sup = dsa_ops.backends()["cuda"].availability()
+    return "" if sup else sup.reason
+
+
+needs_cuda = pytest.mark.skipif(bool(_ready()), reason=_ready() or "ready")
+
+
+@pytest.fixture
+def gen():
+    return torch.Generator().manual_seed(1234)
+
+
+def _ref_decode(x, lens, k, next_n=1):
+    return dsa_ops.topk_decode(x, lens, k, next_n=next_n, backend="reference", stable=True)
+
+
+def _run_decode(x, lens, k, next_n=1, plan=None, out=None):
+    out = torch.full((x.shape[0], k), 0x7EADBEEF, dtype=torch.int32, device=x.device) if out is None else out
+    if plan is None:
+        dsa_ops.topk_decode(x, lens, k, next_n=next_n, backend="cuda", out=out)
+    else:
+        flat = lens.reshape(-1)
+        per_row = flat.numel() == x.shape[0]
+        topk.launch(x, flat, flat, flat, 0 if per_row else 1, 1 if per_row else next_n, k, out, plan=plan)
+    return out
+
+
+def _assert_same(got, want, what):
+    if not torch.equal(got, want):
+        bad = (got != want).any(1).nonzero().flatten()
+        r = int(bad[0])
+        cols = (got[r] != want[r]).nonzero().flatten()[:8].tolist()
+        raise AssertionError(f"{what}: {len(bad)} rows differ, first row {r} at slots {cols}: "
+                             f"got {got[r, cols].tolist()} want {want[r, cols].tolist()}")
+
+
+def _lengths_for(width, k, rows, gen):
+    edge = [0, 1, k - 1, k, k + 1, width, width - 1, -5, width + 9, 2 * k + 3]
+    lens = [edge[i % len(edge)] if i < len(edge) else int(torch.randint(0, width + 1, (1,), generator=gen))
+            for i in range(rows)]
+    return torch.tensor(lens, dtype=torch.int32)
+
+
+@pytest.mark.parametrize("kind", ["randn", "ties", "equal", "specials"])
+@pytest.mark.parametrize("width, k", [(100, 16), (5000, 2048), (40000, 2048), (133120, 2048), (70000, 512)])
+@pytest.mark.parametrize("cluster", [1, 2, 4, 8, 16])
+@pytest.mark.parametrize("path", ["stage", "collect", "reread"])
+@pytest.mark.gpu
+@needs_cuda
+def test_every_path_equals_the_stable_reference(gen, kind, width, k, cluster, path):
+    rows = 12
+    x = make_logits(gen, rows, width, kind).cuda()
+    lens = _lengths_for(width, k, rows, gen).cuda()
+    slice_keys = -(-width // cluster) + 4
+    # collect: just too small for a full-length slice, so long rows use the candidate buffer
+    # (half the stage); reread: a 2-entry buffer, so every long row reads four times
+    stage = {"stage": slice_keys, "collect": max(8, slice_keys - 8), "reread": 4}[path]
+    plan = make_plan(rows, width, 132, 232448, cluster=cluster, stage_keys=stage)
+    got = _run_decode(x, lens, k, plan=plan)
+    _assert_same(got, _ref_decode(x, lens, k), f"{kind} W={width} k={k} {plan} {path}")
+
+
+@pytest.mark.parametrize("rows", [1, 8, 16, 64, 80, 200])
+@pytest.mark.parametrize("width", [133120, 1048576])
+@pytest.mark.parametrize("stable", [False, True])
+@pytest.mark.gpu
+@needs_cuda
+def test_default_plans_at_serving_shapes(gen, rows, width, stable):
+    if width > 200000 and rows > 16:
+        rows = 16
+    g = torch.Generator(device="cuda").manual_seed(rows + width)
+    x = torch.randn(rows, width, device="cuda", generator=g)
+    x[:, ::97] = float("nan") if rows % 2 else float("-inf")
+    lens = torch.randint(0, min(width, 140000) + 1, (rows,), device="cuda", generator=g, dtype=torch.int32)
+    lens[0] = min(width, 131072)
+    out = torch.empty(rows, 2048, dtype=torch.int32, device="cuda")
+    dsa_ops.topk_decode(x, lens, 2048, backend="cuda", stable=stable, out=out)
+    _assert_same(out, _ref_decode(x, lens, 2048), f"rows={rows} W={width}")
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("next_n", [2, 4])
+def test_per_request_lengths_and_int_min(gen, next_n):
+    rows = 8 * next_n
+    x = make_logits(gen, rows, 9000, "ties").cuda()
+    lens = torch.tensor([0, 1, 2049, 9000, 9003, -(2**31), 2**31 - 1, 4097], dtype=torch.int32).cuda()
+    got = _run_decode(x, lens, 2048, next_n=next_n)
+    _assert_same(got, _ref_decode(x, lens, 2048, next_n), "per request")
+    want = oracle.topk_decode(x.cpu(), lens.cpu(), 2048, next_n, "per_request")
+    _assert_same(got.cpu(), want, "per request vs oracle")
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("extra", [3, 4, 37])
+def test_row_pitch_and_unaligned_rows(gen, extra):
+    x = sliced(make_logits(gen, 16, 20000, "specials"), extra=extra, fill=float("nan")).cuda()
+    lens = _lengths_for(20000, 2048, 16, gen).cuda()
+    for plan in (None, Plan(4, 4), Plan(2, 2048)):
+        got = _run_decode(x, lens, 2048, plan=plan)
+        _assert_same(got, _ref_decode(x, lens, 2048), f"pitch {x.stride(0)} {plan}")
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_never_reads_past_the_length(gen):
+    """The columns past L hold the best key there is (+NaN 0x7FFFFFFF): a kernel that read
+    them and let them in would not equal the reference; and a row placed at the very end
+    of its allocation is read with L = W - 1."""
+    x = make_logits(gen, 8, 50000, "randn")
+    lens = torch.tensor([3000, 2049, 50000 - 1, 40001, 7, 4096, 33333, 12345], dtype=torch.int32)
+    for r, n in enumerate(lens.tolist()):
+        x[r, n:] = from_bits([0x7FFF_FFFF])
+    x, lens = x.cuda(), lens.cuda()
+    for plan in (None, Plan(1, 4), Plan(16, 4), Plan(4, 16384)):
+        _assert_same(_run_decode(x, lens, 2048, plan=plan), _ref_decode(x, lens, 2048), f"{plan}")
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("kind", ["randn", "ties", "specials"])
+def test_prefill_windows(gen, kind):
+    rows, width = 300, 30000
+    x = make_logits(gen, rows, width, kind).cuda()
+    s = torch.randint(-5, width, (rows,), generator=gen)
+    e = s + torch.randint(-10, 9000, (rows,), generator=gen)
+    e[:20] = width + 50
+    s[:10] = 0
+    s, e = s.to(torch.int32).cuda(), e.to(torch.int32).cuda()
+    for stable in (False, True):
+        got = dsa_ops.topk_prefill(x, s, e, 2048, backend="cuda", stable=stable)
+        want = dsa_ops.topk_prefill(x, s, e, 2048, backend="reference", stable=True)
+        _assert_same(got, want, f"prefill {kind}")
+    sub = slice(0, 40)
+    _assert_same(got[sub].cpu(), oracle.topk_prefill(x[sub].cpu(), s[sub].cpu(), e[sub].cpu(), 2048), "oracle")
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_graph_replay_with_new_lengths():
+    g = torch.Generator(device="cuda").manual_seed(7)
+    x = torch.randn(8, 133120, device="cuda", generator=g)
+    lens = torch.full((8,), 131072, dtype=torch.int32, device="cuda")
+    out = torch.empty(8, 2048, dtype=torch.int32, device="cuda")
+    dsa_ops.topk_decode(x, lens, 2048, backend="cuda", out=out)  # warm-up: compile + load outside capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        dsa_ops.topk_decode(x, lens, 2048, backend="cuda", out=out)
+    for new in ([0] * 8, [131072] * 8, [5, 2048, 2049, 4096, 70000, 133120, 1, 0], [40000] * 8):
+        lens.copy_(torch.tensor(new, dtype=torch.int32))
+        x.normal_(generator=g)
+        graph.replay()
+        _assert_same(out, _ref_decode(x, lens, 2048), f"replay {new}")
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_million_columns_collect_and_reread():
+    g = torch.Generator(device="cuda").manual_seed(9)
+    x = torch.randn(3, 1 << 20, device="cuda", generator=g)
+    x[1] = 0.25  # every key equal: the candidate buffer overflows, four reads
+    lens = torch.tensor([1 << 20, 1 << 20, 999_999], dtype=torch.int32, device="cuda")
+    for plan in (None, Plan(1, 53760), Plan(16, 2048)):
+        _assert_same(_run_decode(x, lens, 2048, plan=plan), _ref_decode(x, lens, 2048), f"1M {plan}")
