@@ -25,31 +25,39 @@ H200 = dict(sms=132, smem_max=232448)
 # ---------------------------------------------------------------- plan (CPU)
 
 @pytest.mark.parametrize("rows, width, want", [
-    (1, 133120, (16, 8320)),  # one wave of 16 CTAs, each slice staged
-    (8, 133120, (16, 8320)),
-    (16, 133120, (8, 16640)),
-    (64, 133120, (2, 66560)),  # the slice outgrows shared memory: 128K rows collect instead
-    (1, 4096, (1, 4096)),  # no slice below MIN_SLICE columns
-    (16384, 16384, (1, 16384)),  # prefill chunks: one CTA a row, the row staged
-    (16384, 131072, (4, 32768)),
-    (16384, 1048576, (16, 32768)),
+    (1, 133120, (16, 10240)),  # one wave of 16 CTAs, each slice staged
+    (8, 133120, (16, 10240)),
+    (16, 133120, (8, 18432)),
+    (64, 133120, (2, 43520)),  # the slice outgrows shared memory: 128K rows are read again
+    (1, 4096, (1, 6144)),  # no slice below MIN_SLICE columns
+    (16384, 16384, (1, 18432)),  # prefill chunks: two CTAs a multiprocessor, every row staged
+    (16384, 131072, (8, 18432)),
+    (16384, 1048576, (16, 18432)),
 ])
 def test_plan_shapes(rows, width, want):
     p = make_plan(rows, width, **H200)
-    cluster, stage = want
-    assert p.cluster == cluster
-    limit = (H200["smem_max"] - topk.HIST_BYTES - topk.STATIC_BYTES) // 4 & ~3
-    assert p.stage_keys == min(stage, limit)
+    assert (p.cluster, p.stage_keys) == want
     assert p.stage_keys % 4 == 0 and p.shared + topk.STATIC_BYTES <= H200["smem_max"]
     assert rows > H200["sms"] or rows * p.cluster <= H200["sms"]
+    if rows > H200["sms"]:  # two CTAs a multiprocessor
+        assert 2 * (p.shared + topk.STATIC_BYTES) <= 233472
+
+
+@pytest.mark.parametrize("columns", [1, 2048, 2049, 8320, 16384, 16385, 66560])
+def test_stage_fits_the_slice_with_odd_shares(columns):
+    keys = topk.stage_for(columns)
+    share = keys // (4 * topk.THREADS)
+    assert keys >= columns and share % 2 == 1 and (share - 2) * 4 * topk.THREADS < columns
 
 
 def test_plan_overrides_and_refusals():
-    assert make_plan(3, 1000, cluster=8, stage_keys=6, **H200) == Plan(8, 4)
+    assert make_plan(3, 1000, cluster=8, stage_keys=6, cand_keys=0, **H200) == Plan(8, 4, 0)
     assert make_plan(3, 1000, stage_keys=10**9, **H200).stage_keys < 10**9  # bounded by shared memory
     for bad in (0, 3, 32):
         with pytest.raises(ValueError, match="cluster"):
             make_plan(3, 1000, cluster=bad, **H200)
+    with pytest.raises(ValueError, match="cand_keys"):
+        make_plan(3, 1000, cand_keys=-1, **H200)
 
 
 def test_backend_is_registered_and_explains_itself():
@@ -123,7 +131,7 @@ def _lengths_for(width, k, rows, gen):
 @pytest.mark.parametrize("kind", ["randn", "ties", "equal", "specials"])
 @pytest.mark.parametrize("width, k", [(100, 16), (5000, 2048), (40000, 2048), (133120, 2048), (70000, 512)])
 @pytest.mark.parametrize("cluster", [1, 2, 4, 8, 16])
-@pytest.mark.parametrize("path", ["stage", "collect", "reread"])
+@pytest.mark.parametrize("path", ["leader", "stage", "collect", "reread"])
 @pytest.mark.gpu
 @needs_cuda
 def test_every_path_equals_the_stable_reference(gen, kind, width, k, cluster, path):
@@ -133,8 +141,12 @@ def test_every_path_equals_the_stable_reference(gen, kind, width, k, cluster, pa
     slice_keys = -(-width // cluster) + 4
     # collect: just too small for a full-length slice, so long rows use the candidate buffer
     # (half the stage); reread: a 2-entry buffer, so every long row reads four times
-    stage = {"stage": slice_keys, "collect": max(8, slice_keys - 8), "reread": 4}[path]
-    plan = make_plan(rows, width, 132, 232448, cluster=cluster, stage_keys=stage)
+    # leader: staged, candidates gathered to CTA 0; stage: staged, no candidate buffer, so
+    # every pass runs over the cluster
+    stage = {"leader": topk.stage_for(slice_keys), "stage": topk.stage_for(slice_keys),
+             "collect": max(8, slice_keys - 8), "reread": 4}[path]
+    plan = make_plan(rows, width, 132, 232448, cluster=cluster, stage_keys=stage,
+                     cand_keys=4096 if path == "leader" else 0)
     got = _run_decode(x, lens, k, plan=plan)
     _assert_same(got, _ref_decode(x, lens, k), f"{kind} W={width} k={k} {plan} {path}")
 
@@ -176,7 +188,7 @@ def test_per_request_lengths_and_int_min(gen, next_n):
 def test_row_pitch_and_unaligned_rows(gen, extra):
     x = sliced(make_logits(gen, 16, 20000, "specials"), extra=extra, fill=float("nan")).cuda()
     lens = _lengths_for(20000, 2048, 16, gen).cuda()
-    for plan in (None, Plan(4, 4), Plan(2, 2048)):
+    for plan in (None, Plan(4, 4), Plan(2, 2048), Plan(1, 24576, 64)):
         got = _run_decode(x, lens, 2048, plan=plan)
         _assert_same(got, _ref_decode(x, lens, 2048), f"pitch {x.stride(0)} {plan}")
 
@@ -192,7 +204,7 @@ def test_never_reads_past_the_length(gen):
     for r, n in enumerate(lens.tolist()):
         x[r, n:] = from_bits([0x7FFF_FFFF])
     x, lens = x.cuda(), lens.cuda()
-    for plan in (None, Plan(1, 4), Plan(16, 4), Plan(4, 16384)):
+    for plan in (None, Plan(1, 4), Plan(16, 4), Plan(4, 16384), Plan(4, 14336, 0)):
         _assert_same(_run_decode(x, lens, 2048, plan=plan), _ref_decode(x, lens, 2048), f"{plan}")
 
 
@@ -240,5 +252,7 @@ def test_million_columns_collect_and_reread():
     x = torch.randn(3, 1 << 20, device="cuda", generator=g)
     x[1] = 0.25  # every key equal: the candidate buffer overflows, four reads
     lens = torch.tensor([1 << 20, 1 << 20, 999_999], dtype=torch.int32, device="cuda")
-    for plan in (None, Plan(1, 53760), Plan(16, 2048)):
+    plans = (None, make_plan(3, 1 << 20, cluster=1, **H200), make_plan(3, 1 << 20, cluster=16, stage_keys=2048, **H200),
+             make_plan(3, 1 << 20, cluster=16, cand_keys=8192, **H200))
+    for plan in plans:
         _assert_same(_run_decode(x, lens, 2048, plan=plan), _ref_decode(x, lens, 2048), f"1M {plan}")

@@ -20,14 +20,47 @@ import time
 import torch
 
 
+_PROGRAMS: dict = {}
+PHASES = ("pass1", "choose1", "pass2", "choose2", "pass3", "choose3", "exchange", "emit")
+
+
+def _program(defines: str):
+    """The shipped kernel, or a variant compiled with ``NAME=V[;NAME=V]`` defines prepended."""
+    from dsa_ops.backends.cuda import topk
+    from dsa_ops.backends.cuda.kernel import Program
+
+    if not defines:
+        return None
+    if defines not in _PROGRAMS:
+        head = "".join(f"#define {d.replace('=', ' ')}\n" for d in defines.split(";"))
+        _PROGRAMS[defines] = Program("dsa_ops_topk_variant", head + topk._PROGRAM.source)
+    return _PROGRAMS[defines]
+
+
 def _plan(spec: str, rows: int, width: int):
+    """``auto`` or ``C:S`` (cluster, stage keys or auto), optionally ``@DEFINES``."""
     from dsa_ops.backends.cuda import topk
 
+    spec, _, defines = spec.partition("@")
     if spec == "auto":
-        return topk._plan(rows, width, torch.cuda.current_device())
+        return topk._plan(rows, width, torch.cuda.current_device()), _program(defines)
     c, s = spec.split(":")
     sms, smem = topk._device_facts(torch.cuda.current_device())
-    return topk.make_plan(rows, width, sms, smem, cluster=int(c), stage_keys=None if s == "auto" else int(s))
+    plan = topk.make_plan(rows, width, sms, smem, cluster=int(c), stage_keys=None if s == "auto" else int(s))
+    return plan, _program(defines)
+
+
+def _phases(launch, grid: int) -> str:
+    """Median over the CTAs of each phase's clock cycles (thousands), from one launch."""
+    dbg = torch.zeros(grid, 16, dtype=torch.int64, device="cuda")
+    launch(dbg)
+    torch.cuda.synchronize()
+    d = dbg[:, : len(PHASES) + 1].double()
+    live = d[:, 1] != 0  # CTAs that ran the select (not the L <= k path)
+    if not bool(live.any()):
+        return "trivial"
+    steps = (d[live, 1:] - d[live, :-1]).median(0).values / 1000
+    return " ".join(f"{n} {v:.1f}" for n, v in zip(PHASES, steps.tolist()))
 
 
 def _same(got: torch.Tensor, want: torch.Tensor) -> str:
@@ -48,10 +81,14 @@ def _decode(rows: int, width: int, length: int, variants: list[str], reps: int, 
     out = torch.empty(rows, 2048, dtype=torch.int32, device="cuda")
     want = dsa_ops.topk_decode(x, lens, 2048, backend="reference", stable=True)
     calls = {}
+    phases = {}
     for v in variants:
-        p = _plan(v, rows, width)
-        calls[f"cuda {v} ({p.cluster}x{p.stage_keys})"] = (
-            lambda p=p: topk.launch(x, lens, lens, lens, 0, 1, 2048, out, plan=p), True)
+        p, prog = _plan(v, rows, width)
+        name = f"cuda {v} ({p.cluster}x{p.stage_keys})"
+        calls[name] = (lambda p=p, prog=prog: topk.launch(x, lens, lens, lens, 0, 1, 2048, out, plan=p,
+                                                          program=prog), True)
+        phases[name] = (lambda dbg, p=p, prog=prog: topk.launch(x, lens, lens, lens, 0, 1, 2048, out, plan=p,
+                                                                program=prog, dbg=dbg), rows * p.cluster)
     calls["triton"] = (lambda: dsa_ops.topk_decode(x, lens, 2048, backend="triton", out=out), False)
     if raw and rows <= 64:
         from dsa_ops.commands import bench_raw
@@ -70,9 +107,11 @@ def _decode(rows: int, width: int, length: int, variants: list[str], reps: int, 
         else:
             status = "ok" if bool((out.sort(1).values == want.sort(1).values).all()) else "FAIL"
         t = time_graph(call, reps=reps, graph=graph)
+        ph = _phases(*phases[name]) if name in phases else ""
         recs.append({"family": "decode", "rows": rows, "width": width, "length": length, "name": name,
-                     "median_us": t.median, "p10_us": t.quantile(0.1), "p90_us": t.quantile(0.9), "check": status})
-        print(f"decode {rows:>3} x {length:>7} W {width:>7}  {name:<28} {t.median:8.1f} us  {status}",
+                     "median_us": t.median, "p10_us": t.quantile(0.1), "p90_us": t.quantile(0.9), "check": status,
+                     "phases_kcycles": ph})
+        print(f"decode {rows:>3} x {length:>7} W {width:>7}  {name:<34} {t.median:8.1f} us  {status}  {ph}",
               file=sys.stderr, flush=True)
     return recs
 
@@ -92,9 +131,9 @@ def _prefill(chunk: int, variants: list[str], reps: int, others: list[str]) -> l
     want = dsa_ops.topk_prefill(x[sub], s[sub], e[sub], 2048, backend="reference", stable=True)
     calls = {}
     for v in variants:
-        p = _plan(v, rows, chunk)
+        p, prog = _plan(v, rows, chunk)
         calls[f"cuda {v} ({p.cluster}x{p.stage_keys})"] = (
-            lambda p=p: topk.launch(x, s, s, e, 2, 1, 2048, out, plan=p), True)
+            lambda p=p, prog=prog: topk.launch(x, s, s, e, 2, 1, 2048, out, plan=p, program=prog), True)
     for o in others:
         calls[o] = (lambda o=o: dsa_ops.topk_prefill(x, s, e, 2048, backend=o, out=out), False)
     recs = []

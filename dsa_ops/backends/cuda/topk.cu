@@ -41,8 +41,25 @@ __device__ __forceinline__ u32 cluster_rank() {
     return r;
 }
 
+#ifndef FENCE
+#define FENCE 1
+#endif
+
+// Arrive at the cluster barrier, releasing this CTA's shared-memory writes to the cluster.
+// FENCE 0: barrier.cluster.arrive.release (ptxas emits a GPU-scope MEMBAR); 1: a CTA
+// barrier, then one thread's cluster-scope fence (cumulative over what the CTA barrier
+// ordered before it) and a relaxed arrive; 2: every thread fences at cluster scope.
 __device__ __forceinline__ void cluster_arrive() {
+#if FENCE == 0
     asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+#elif FENCE == 1
+    __syncthreads();
+    if (threadIdx.x == 0) asm volatile("fence.acq_rel.cluster;" ::: "memory");
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+#else
+    asm volatile("fence.acq_rel.cluster;" ::: "memory");
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+#endif
 }
 
 __device__ __forceinline__ void cluster_wait() {
@@ -53,6 +70,21 @@ __device__ __forceinline__ void cluster_sync() {
     cluster_arrive();
     cluster_wait();
 }
+
+// All threads of the row's CTAs; a plain CTA barrier when the row has one CTA (no fence).
+__device__ __forceinline__ void row_sync(int C) {
+    if (C == 1) __syncthreads();
+    else cluster_sync();
+}
+
+#ifndef A2A_MAX
+#define A2A_MAX 2  // clusters up to this size sum every histogram in every CTA (one barrier a pass)
+#endif
+
+// Phase clock of CTA blockIdx.x, for dsa_ops/devtools/cuda_topk_variants.py (dbg is null
+// in the backend's launches).
+#define STAMP(i)                                                                          \
+    if (dbg != nullptr && threadIdx.x == 0) dbg[(i64)blockIdx.x * 16 + (i)] = clock64();
 
 // The shared::cluster address of `p` (in this CTA's shared memory) in CTA `cta`.
 __device__ __forceinline__ u32 remote_addr(const void* p, u32 cta) {
@@ -66,6 +98,16 @@ __device__ __forceinline__ u32 load_remote(u32 addr) {
     u32 v;
     asm volatile("ld.shared::cluster.u32 %0, [%1];" : "=r"(v) : "r"(addr) : "memory");
     return v;
+}
+
+__device__ __forceinline__ void store_remote(u32 addr, u32 v) {
+    asm volatile("st.shared::cluster.u32 [%0], %1;" :: "r"(addr), "r"(v) : "memory");
+}
+
+// *p = v in CTA `cta`'s copy of this shared variable (a plain store when it is this CTA).
+__device__ __forceinline__ void put(u32* p, u32 cta, u32 self, u32 v) {
+    if (cta == self) *p = v;
+    else store_remote(remote_addr(p, cta), v);
 }
 
 __device__ __forceinline__ uint4 load_remote4(u32 addr) {
@@ -91,6 +133,12 @@ struct Scalars {
     u32 base;     // this CTA's first output slot
     u32 taken;    // ties this CTA takes
     u32 xchg[2];  // (lt, eq) of this CTA, read by the CTAs after it
+    u32 slice[3]; // reduce-scatter: this CTA's sum of its slice of the bins, a pass
+    u32 qs, kq;   // the slice holding the wanted key, and the keys wanted inside it
+    u32 binsz;    // the row's count of keys in the chosen bin
+    u32 off;      // this CTA's first slot in the leader's candidate buffer
+    u32 T;        // the k-th key (set by the leader)
+    u32 ltc[16], eqc[16];  // leader: keys < T and == T of each CTA of the row
     u32 wsum[2 * NWARP];
 };
 
@@ -117,10 +165,34 @@ __device__ __forceinline__ u32 block_scan(u32 v, u32* wsum, u32& total) {
     return before + x - v;
 }
 
+__device__ __forceinline__ void add_own_below(const u32* h, Scalars& sc);
+
+// Exclusive scans of two values a thread over the CTA at once. Two barriers.
+__device__ __forceinline__ void block_scan2(u32& a, u32& b, u32* wsum) {
+    u32 lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    u32 x = a, y = b;
+#pragma unroll
+    for (int d = 1; d < 32; d <<= 1) {
+        u32 xa = __shfl_up_sync(0xFFFFFFFFu, x, d), yb = __shfl_up_sync(0xFFFFFFFFu, y, d);
+        if (lane >= (u32)d) { x += xa; y += yb; }
+    }
+    if (lane == 31) { wsum[warp] = x; wsum[NWARP + warp] = y; }
+    __syncthreads();
+    u32 wa = lane < NWARP ? wsum[lane] : 0u, wb = lane < NWARP ? wsum[NWARP + lane] : 0u, ia = wa, ib = wb;
+#pragma unroll
+    for (int d = 1; d < 32; d <<= 1) {
+        u32 xa = __shfl_up_sync(0xFFFFFFFFu, ia, d), yb = __shfl_up_sync(0xFFFFFFFFu, ib, d);
+        if (lane >= (u32)d) { ia += xa; ib += yb; }
+    }
+    a = __shfl_sync(0xFFFFFFFFu, ia - wa, warp) + x - a;
+    b = __shfl_sync(0xFFFFFFFFu, ib - wb, warp) + y - b;
+    __syncthreads();
+}
+
 // After a cluster barrier: sum the C histograms `h` (bins [4t, 4t + 4) a thread), find the
 // bin where the running count reaches sc.kr, store it in sc.bin and the keys still wanted
 // inside it in sc.kr, and add this CTA's keys in lower bins to sc.lt.
-__device__ void choose_bin(const u32* h, u32 C, u32 rank, Scalars& sc) {
+__device__ void choose_bin_a2a(const u32* h, u32 C, u32 rank, Scalars& sc) {
     u32 kr = sc.kr;
     u32 t4 = 4 * threadIdx.x;
     uint4 own = *reinterpret_cast<const uint4*>(h + t4);
@@ -141,14 +213,84 @@ __device__ void choose_bin(const u32* h, u32 C, u32 rank, Scalars& sc) {
                 if (kr > c0 + v.z) { c0 += v.z; ++b; } } }
         sc.bin = b;
         sc.kr = kr - c0;
+        sc.binsz = b == t4 ? v.x : (b == t4 + 1 ? v.y : (b == t4 + 2 ? v.z : v.w));
     }
     __syncthreads();
-    u32 b = sc.bin;
+    add_own_below(h, sc);
+}
+
+// This CTA's keys in bins below sc.bin of its own histogram, added to sc.lt.
+__device__ __forceinline__ void add_own_below(const u32* h, Scalars& sc) {
+    u32 b = sc.bin, t4 = 4 * threadIdx.x;
+    uint4 own = *reinterpret_cast<const uint4*>(h + t4);
     u32 mine = (t4 < b ? own.x : 0u) + (t4 + 1 < b ? own.y : 0u) + (t4 + 2 < b ? own.z : 0u) +
                (t4 + 3 < b ? own.w : 0u);
 #pragma unroll
     for (int d = 16; d; d >>= 1) mine += __shfl_xor_sync(0xFFFFFFFFu, mine, d);
     if ((threadIdx.x & 31) == 0 && mine) atomicAdd(&sc.lt, mine);
+}
+
+// The same choice for larger clusters, with O(BINS) distributed-shared-memory loads a CTA
+// instead of O(C * BINS): CTA q sums bins [q*S, (q+1)*S) (S = BINS / C) over the cluster
+// into tot, and its slice's total into sc.slice[p]; after one more cluster barrier every
+// CTA finds the slice holding the wanted key, then the bin inside it from that slice's owner.
+__device__ void choose_bin_rs(const u32* h, u32* tot, u32 C, u32 rank, int p, Scalars& sc) {
+    const u32 S = BINS / C, kr = sc.kr;
+    u32 part = 0;
+    for (u32 j = threadIdx.x; j < S; j += NT) {
+        u32 b = rank * S + j, v[16];
+#pragma unroll
+        for (u32 c = 0; c < 16; ++c)
+            if (c < C) v[c] = c == rank ? h[b] : load_remote(remote_addr(h + b, c));
+        u32 sum = 0;
+#pragma unroll
+        for (u32 c = 0; c < 16; ++c)
+            if (c < C) sum += v[c];
+        tot[b] = sum;
+        part += sum;
+    }
+#pragma unroll
+    for (int d = 16; d; d >>= 1) part += __shfl_xor_sync(0xFFFFFFFFu, part, d);
+    if ((threadIdx.x & 31) == 0 && part) atomicAdd(&sc.slice[p], part);
+    cluster_sync();
+    if (threadIdx.x < 32) {
+        u32 c = threadIdx.x;
+        u32 v = c < C ? (c == rank ? sc.slice[p] : load_remote(remote_addr(&sc.slice[p], c))) : 0u, incl = v;
+#pragma unroll
+        for (int d = 1; d < 32; d <<= 1) {
+            u32 y = __shfl_up_sync(0xFFFFFFFFu, incl, d);
+            if (c >= (u32)d) incl += y;
+        }
+        u32 hit = __ballot_sync(0xFFFFFFFFu, c < C && incl - v < kr && kr <= incl);
+        if (c == (u32)(__ffs(hit) - 1)) {
+            sc.qs = c;
+            sc.kq = kr - (incl - v);
+        }
+    }
+    __syncthreads();
+    const u32 q = sc.qs, kq = sc.kq;
+    u32 j = 2 * threadIdx.x, a0 = 0, a1 = 0;  // S <= 1024: two bins a thread
+    if (j < S) {
+        const u32* t = tot + q * S + j;
+        if (q == rank) { a0 = t[0]; a1 = t[1]; }
+        else { a0 = load_remote(remote_addr(t, q)); a1 = load_remote(remote_addr(t + 1, q)); }
+    }
+    u32 total, s2 = a0 + a1;
+    u32 before = block_scan(s2, sc.wsum, total);
+    if (j < S && before < kq && kq <= before + s2) {
+        bool second = kq > before + a0;
+        sc.bin = q * S + j + (second ? 1u : 0u);
+        sc.kr = kq - before - (second ? a0 : 0u);
+        sc.binsz = second ? a1 : a0;
+    }
+    __syncthreads();
+    add_own_below(h, sc);
+}
+
+// After the pass's row barrier: choose the pass's bin (sc.bin, sc.kr, sc.lt updated).
+__device__ __forceinline__ void choose_bin(const u32* h, u32* tot, u32 C, u32 rank, int p, Scalars& sc) {
+    if (C <= A2A_MAX) choose_bin_a2a(h, C, rank, sc);
+    else choose_bin_rs(h, tot, C, rank, p, sc);
 }
 
 // f(i, ok, key) for every i in [lo, hi) of row x (window-relative), called by whole warps
@@ -200,59 +342,128 @@ __device__ __forceinline__ void visit_global(const float* __restrict__ x, int lo
     }
 }
 
-// Ordered emission of this CTA's winners: keys < T, and the first `taken` keys == T, in
-// ascending column order, to orow[base + rank among them]. Keys come from the shared stage
-// (STAGED) or from the row. Two CTA barriers a tile of TILE keys.
-template <bool STAGED>
-__device__ void emit(const float* __restrict__ x, const u32* stage, int lo, int hi, u32 T, u32 taken,
-                     u32 base, int* __restrict__ orow, u32* wsum) {
-    u32 lane = threadIdx.x & 31, warp = threadIdx.x >> 5, lm = lanemask_lt();
-    u32 carry_lt = 0, carry_eq = 0;
-    for (int t0 = lo; t0 < hi; t0 += TILE) {
-        int seg = t0 + (int)warp * 32 * E + (int)lane;
-        u32 key[E];
-#pragma unroll
-        for (int e = 0; e < E; ++e) {
-            int i = seg + e * 32;
-            if (STAGED) key[e] = i < hi ? stage[i - lo] : 0u;
-            else key[e] = i < hi ? order_key(__ldg(x + i)) : 0u;
+// The keys [a, b) of the slice (window-relative columns; a - lo a multiple of 4), from the
+// shared stage (STAGED) or the row; f(i, key) in column order.
+template <bool STAGED, class F>
+__device__ __forceinline__ void sweep(const float* __restrict__ x, const u32* stage, int lo, int a, int b, F&& f) {
+    if (STAGED) {
+        const uint4* p = reinterpret_cast<const uint4*>(stage + (a - lo));
+        int i = a;
+        for (; i + 4 <= b; i += 4) {
+            uint4 q = *p++;
+            f(i, q.x); f(i + 1, q.y); f(i + 2, q.z); f(i + 3, q.w);
         }
-        u32 bl[E], be[E], wl = 0, we = 0;
-#pragma unroll
-        for (int e = 0; e < E; ++e) {
-            bool ok = seg + e * 32 < hi;
-            bl[e] = __ballot_sync(0xFFFFFFFFu, ok && key[e] < T);
-            be[e] = __ballot_sync(0xFFFFFFFFu, ok && key[e] == T);
-            wl += __popc(bl[e]);
-            we += __popc(be[e]);
+        for (; i < b; ++i) f(i, stage[i - lo]);
+    } else if ((reinterpret_cast<unsigned long long>(x + a) & 15) == 0) {
+        const float4* p = reinterpret_cast<const float4*>(x + a);
+        int i = a;
+        for (; i + 4 <= b; i += 4) {
+            float4 v = __ldg(p++);
+            f(i, order_key(v.x)); f(i + 1, order_key(v.y)); f(i + 2, order_key(v.z)); f(i + 3, order_key(v.w));
         }
-        if (lane == 0) {
-            wsum[warp] = wl;
-            wsum[NWARP + warp] = we;
-        }
-        __syncthreads();
-        u32 pl = lane < NWARP ? wsum[lane] : 0u, pe = lane < NWARP ? wsum[NWARP + lane] : 0u;
-        u32 il = pl, ie = pe;
-#pragma unroll
-        for (int d = 1; d < 32; d <<= 1) {
-            u32 yl = __shfl_up_sync(0xFFFFFFFFu, il, d), ye = __shfl_up_sync(0xFFFFFFFFu, ie, d);
-            if (lane >= (u32)d) { il += yl; ie += ye; }
-        }
-        u32 lt_b = carry_lt + __shfl_sync(0xFFFFFFFFu, il - pl, warp);
-        u32 eq_b = carry_eq + __shfl_sync(0xFFFFFFFFu, ie - pe, warp);
-        carry_lt += __shfl_sync(0xFFFFFFFFu, il, NWARP - 1);
-        carry_eq += __shfl_sync(0xFFFFFFFFu, ie, NWARP - 1);
-#pragma unroll
-        for (int e = 0; e < E; ++e) {
-            u32 a = lt_b + __popc(bl[e] & lm);
-            u32 t = eq_b + __popc(be[e] & lm);
-            if ((bl[e] >> lane) & 1u) orow[base + a + min(t, taken)] = seg + e * 32;
-            else if (((be[e] >> lane) & 1u) && t < taken) orow[base + a + t] = seg + e * 32;
-            lt_b += __popc(bl[e]);
-            eq_b += __popc(be[e]);
-        }
-        __syncthreads();  // wsum is rewritten by the next tile
+        for (; i < b; ++i) f(i, order_key(__ldg(x + i)));
+    } else {
+        for (int i = a; i < b; ++i) f(i, order_key(__ldg(x + i)));
     }
+}
+
+// f(key) for the n staged keys, two 16-byte shared loads a thread in flight.
+template <class F>
+__device__ __forceinline__ void visit_stage(const u32* stage, int n, F&& f) {
+    const uint4* p = reinterpret_cast<const uint4*>(stage);
+    int nq = n >> 2;
+    for (int j = threadIdx.x; j < nq; j += 2 * NT) {
+        uint4 q0 = p[j], q1 = j + NT < nq ? p[j + NT] : make_uint4(0, 0, 0, 0);
+        f(4 * j, q0.x); f(4 * j + 1, q0.y); f(4 * j + 2, q0.z); f(4 * j + 3, q0.w);
+        if (j + NT < nq) {
+            int i = 4 * (j + NT);
+            f(i, q1.x); f(i + 1, q1.y); f(i + 2, q1.z); f(i + 3, q1.w);
+        }
+    }
+    if ((int)threadIdx.x < (n & 3)) f(4 * nq + (int)threadIdx.x, stage[4 * nq + threadIdx.x]);
+}
+
+// Pass 1: the 11-bit histogram of the slice's keys [lo, hi) into h, and the keys into the
+// stage (when not null) as 16-byte stores.
+__device__ void read_slice(const float* __restrict__ x, int lo, int hi, u32* h, u32* stage) {
+    int n = hi - lo;
+    if (n <= 0) return;
+    if ((reinterpret_cast<unsigned long long>(x + lo) & 15) == 0) {
+        const float4* p = reinterpret_cast<const float4*>(x + lo);
+        int nf = n >> 2;
+        for (int base = 0; base < nf; base += NT * U4) {
+            float4 v[U4];
+#pragma unroll
+            for (int u = 0; u < U4; ++u) {
+                int j = base + u * NT + (int)threadIdx.x;
+                v[u] = j < nf ? __ldg(p + j) : make_float4(0.f, 0.f, 0.f, 0.f);
+            }
+#pragma unroll
+            for (int u = 0; u < U4; ++u) {
+                int j = base + u * NT + (int)threadIdx.x;
+                if (j < nf) {
+                    uint4 q = make_uint4(order_key(v[u].x), order_key(v[u].y), order_key(v[u].z), order_key(v[u].w));
+                    atomicAdd(h + (q.x >> 21), 1u);
+                    atomicAdd(h + (q.y >> 21), 1u);
+                    atomicAdd(h + (q.z >> 21), 1u);
+                    atomicAdd(h + (q.w >> 21), 1u);
+                    if (stage) reinterpret_cast<uint4*>(stage)[j] = q;
+                }
+            }
+        }
+        if ((int)threadIdx.x < (n & 3)) {
+            int j = 4 * nf + (int)threadIdx.x;
+            u32 key = order_key(__ldg(x + lo + j));
+            atomicAdd(h + (key >> 21), 1u);
+            if (stage) stage[j] = key;
+        }
+    } else {
+        for (int base = 0; base < n; base += NT * U1) {
+            float v[U1];
+#pragma unroll
+            for (int u = 0; u < U1; ++u) {
+                int j = base + u * NT + (int)threadIdx.x;
+                v[u] = j < n ? __ldg(x + lo + j) : 0.f;
+            }
+#pragma unroll
+            for (int u = 0; u < U1; ++u) {
+                int j = base + u * NT + (int)threadIdx.x;
+                if (j < n) {
+                    u32 key = order_key(v[u]);
+                    atomicAdd(h + (key >> 21), 1u);
+                    if (stage) stage[j] = key;
+                }
+            }
+        }
+    }
+}
+
+// Ordered emission of this CTA's winners: keys < T, and the first `taken` keys == T, in
+// ascending column order, to orow[base + rank among them]. Thread t owns the keys
+// [lo + t*m, lo + (t+1)*m) (m = 4 x an odd number: the 16-byte shared loads of 8 threads
+// in a row hit 8 different bank groups): it counts them, one block scan places its first
+// winner, and only threads that own a winner sweep their keys again to write them.
+template <bool STAGED>
+__device__ void emit(const float* __restrict__ x, const u32* stage, int lo, int hi, int m, u32 T, u32 taken,
+                     u32 base, int* __restrict__ orow, u32* wsum) {
+    const int a = min(lo + (int)threadIdx.x * m, hi), b = min(a + m, hi);
+    u32 nl = 0, ne = 0;
+    sweep<STAGED>(x, stage, lo, a, b, [&](int, u32 key) {
+        nl += key < T;
+        ne += key == T;
+    });
+    u32 lt_b = nl, eq_b = ne;
+    block_scan2(lt_b, eq_b, wsum);
+    if (nl == 0 && (ne == 0 || eq_b >= taken)) return;
+    sweep<STAGED>(x, stage, lo, a, b, [&](int i, u32 key) {
+        if (key < T) {
+            orow[base + lt_b + min(eq_b, taken)] = i;
+            ++lt_b;
+        } else if (key == T) {
+            if (eq_b < taken) orow[base + lt_b + eq_b] = i;
+            ++eq_b;
+        }
+    });
 }
 
 // mode 0: decode, one length a row (lens[r]); 1: decode, one a request (lens[r / next_n]
@@ -280,15 +491,14 @@ __device__ __forceinline__ void row_window(int mode, int r, int width, int next_
 extern "C" __global__ void __launch_bounds__(NT) topk_rows(
     const float* __restrict__ logits, i64 pitch, int width, const int* __restrict__ lens,
     const int* __restrict__ starts, const int* __restrict__ ends, int mode, int next_n, int k,
-    int* __restrict__ out, int C, int stage_keys) {
+    int* __restrict__ out, int C, int stage_keys, int cand_keys, unsigned long long* __restrict__ dbg) {
     extern __shared__ __align__(16) u32 smem[];
     __shared__ Scalars sc;
+    STAMP(0);
     u32* h0 = smem;
     u32* h1 = smem + BINS;
-    u32* stage = smem + 2 * BINS;
-    const u32 cap = (u32)stage_keys / 2;  // candidates (key, column) when the slice is not staged
-    u32* ckey = stage;
-    u32* ccol = stage + cap;
+    u32* tot = smem + 2 * BINS;  // reduce-scatter totals
+    u32* stage = smem + 3 * BINS;
 
     const u32 rank = C > 1 ? cluster_rank() : 0u;
     const int r = blockIdx.x / C;
@@ -306,26 +516,109 @@ extern "C" __global__ void __launch_bounds__(NT) topk_rows(
     const float* x = logits + (i64)r * pitch + s;
     const int ch = (int)(((((i64)L + C - 1) / C) + 3) & ~3LL);
     const int lo = (int)min((i64)rank * ch, (i64)L), hi = (int)min((i64)lo + ch, (i64)L);
-    const bool staged = ch <= stage_keys;  // the same answer in every CTA of the row
+    const int m = 4 * (((ch + 4 * NT - 1) / (4 * NT)) | 1);  // keys a thread owns in the emission
+    const bool staged = NT * m <= stage_keys;                // the same answer in every CTA of the row
 
     for (int b = threadIdx.x; b < 2 * BINS; b += NT) smem[b] = 0;
+    if (threadIdx.x < 16) {
+        sc.ltc[threadIdx.x] = 0;
+        sc.eqc[threadIdx.x] = 0;
+    }
     if (threadIdx.x == 0) {
         sc.kr = (u32)k;
         sc.lt = 0;
         sc.cnt = 0;
+        sc.slice[0] = sc.slice[1] = sc.slice[2] = 0;
     }
     __syncthreads();
 
     // Pass 1: bits 31..21 of every key of the slice (kept in the stage when it fits).
-    visit_global(x, lo, hi, [&](int i, bool ok, u32 key) {
-        if (ok) {
-            atomicAdd(h0 + (key >> 21), 1u);
-            if (staged) stage[i - lo] = key;
-        }
-    });
-    cluster_sync();
-    choose_bin(h0, C, rank, sc);
+    read_slice(x, lo, hi, h0, staged ? stage : nullptr);
+    STAMP(1);
+    row_sync(C);
+    choose_bin(h0, tot, C, rank, 0, sc);
     const u32 b1 = sc.bin;
+    STAMP(2);
+
+    if (staged && sc.binsz <= (u32)cand_keys) {
+        // Gather: every CTA sends the keys of bin b1 (and its count of keys below it) to
+        // the leader (CTA 0), which finishes the select alone and hands each CTA its T,
+        // first slot and ties; the stage then serves the ordered emission.
+        u32* gkey = stage + stage_keys;
+        u32* gcol = gkey + cand_keys;
+        if (threadIdx.x < 32) {
+            u32 c = threadIdx.x;
+            u32 n_c = c < rank ? load_remote(remote_addr(h0 + b1, c)) : 0u;
+#pragma unroll
+            for (int d = 16; d; d >>= 1) n_c += __shfl_xor_sync(0xFFFFFFFFu, n_c, d);
+            if (c == 0) sc.off = n_c;
+        }
+        __syncthreads();  // sc.off, and sc.lt complete
+        if (threadIdx.x == 0) put(&sc.ltc[rank], 0, rank, sc.lt);
+        const u32 off = sc.off;
+        visit_stage(stage, hi - lo, [&](int j, u32 key) {
+            if ((key >> 21) == b1) {
+                u32 pos = off + atomicAdd(&sc.cnt, 1u);
+                put(gkey + pos, 0, rank, key);
+                put(gcol + pos, 0, rank, (u32)(lo + j));
+            }
+        });
+        STAMP(3);
+        row_sync(C);
+        if (rank == 0) {
+            const int M = (int)sc.binsz;
+            for (int j = threadIdx.x; j < M; j += NT) atomicAdd(h1 + ((gkey[j] >> 10) & 0x7FFu), 1u);
+            __syncthreads();
+            choose_bin_a2a(h1, 1, 0, sc);
+            const u32 p2 = (b1 << 11) | sc.bin;
+            for (int b = threadIdx.x; b < BINS; b += NT) h0[b] = 0;  // no CTA reads it any more
+            __syncthreads();
+            for (int j = threadIdx.x; j < M; j += NT)
+                if ((gkey[j] >> 10) == p2) atomicAdd(h0 + (gkey[j] & 0x3FFu), 1u);
+            __syncthreads();
+            choose_bin_a2a(h0, 1, 0, sc);
+            const u32 T = (p2 << 10) | sc.bin, need = sc.kr;
+            for (int j = threadIdx.x; j < M; j += NT) {
+                u32 key = gkey[j], c = gcol[j] / (u32)ch;
+                if (key < T) atomicAdd(&sc.ltc[c], 1u);
+                else if (key == T) atomicAdd(&sc.eqc[c], 1u);
+            }
+            __syncthreads();
+            if (threadIdx.x < 32) {  // lane c: CTA c's ties taken and first slot
+                u32 c = threadIdx.x;
+                u32 lt = c < (u32)C ? sc.ltc[c] : 0u, eq = c < (u32)C ? sc.eqc[c] : 0u, ie = eq;
+#pragma unroll
+                for (int d = 1; d < 32; d <<= 1) {
+                    u32 y = __shfl_up_sync(0xFFFFFFFFu, ie, d);
+                    if (c >= (u32)d) ie += y;
+                }
+                u32 before = ie - eq, taken = min(eq, need > before ? need - before : 0u);
+                u32 sel = lt + taken, is = sel;
+#pragma unroll
+                for (int d = 1; d < 32; d <<= 1) {
+                    u32 y = __shfl_up_sync(0xFFFFFFFFu, is, d);
+                    if (c >= (u32)d) is += y;
+                }
+                if (c < (u32)C) {
+                    put(&sc.T, c, 0, T);
+                    put(&sc.base, c, 0, is - sel);
+                    put(&sc.taken, c, 0, taken);
+                }
+            }
+        }
+        STAMP(4);
+        row_sync(C);  // after this no CTA touches another's shared memory
+        STAMP(7);
+        emit<true>(x, stage, lo, hi, m, sc.T, sc.taken, sc.base, orow, sc.wsum);
+        STAMP(8);
+        return;
+    }
+
+    // Otherwise every pass runs over the cluster: the stage, or the candidate buffer, or
+    // the row again.
+    const u32 cap = (u32)stage_keys / 2;  // candidates (key, column) when the slice is not staged
+    u32* ckey = stage;
+    u32* ccol = stage + cap;
     if (!staged) {  // collect the first-digit bin's keys if every CTA's share fits
         if (threadIdx.x < 32) {  // lane c reads CTA c's count of the bin
             u32 c = threadIdx.x;
@@ -340,29 +633,24 @@ extern "C" __global__ void __launch_bounds__(NT) topk_rows(
 
     // Pass 2: bits 20..10 of the keys whose first digit is b1.
     auto count2 = [&](int i, bool ok, u32 key) {
-        bool m = ok && (key >> 21) == b1;
-        if (m) atomicAdd(h1 + ((key >> 10) & 0x7FFu), 1u);
-        if (collect) {
-            u32 vote = __ballot_sync(0xFFFFFFFFu, m);
-            if (vote) {
-                u32 lane = threadIdx.x & 31, lead = __ffs(vote) - 1, pos = 0;
-                if (lane == lead) pos = atomicAdd(&sc.cnt, (u32)__popc(vote));
-                pos = __shfl_sync(0xFFFFFFFFu, pos, lead) + __popc(vote & lanemask_lt());
-                if (m) {
-                    ckey[pos] = key;
-                    ccol[pos] = (u32)i;
-                }
-            }
+        bool hit = ok && (key >> 21) == b1;
+        if (hit) atomicAdd(h1 + ((key >> 10) & 0x7FFu), 1u);
+        if (collect && hit) {  // rare (one first-digit bin): a plain shared atomic
+            u32 pos = atomicAdd(&sc.cnt, 1u);
+            ckey[pos] = key;
+            ccol[pos] = (u32)i;
         }
     };
     if (staged) {
-        for (int j = threadIdx.x; j < hi - lo; j += NT) count2(lo + j, true, stage[j]);
+        visit_stage(stage, hi - lo, [&](int, u32 key) { count2(0, true, key); });
     } else {
         visit_global(x, lo, hi, count2);
     }
-    cluster_sync();
-    choose_bin(h1, C, rank, sc);
+    STAMP(3);
+    row_sync(C);
+    choose_bin(h1, tot, C, rank, 1, sc);
     const u32 p2 = (b1 << 11) | sc.bin;
+    STAMP(4);
 
     // Pass 3: bits 9..0 of the keys whose first 22 bits are p2 (into h0: every CTA has
     // read it, since all of them passed the barrier above after pass 1's choice).
@@ -372,16 +660,18 @@ extern "C" __global__ void __launch_bounds__(NT) topk_rows(
         if (ok && (key >> 10) == p2) atomicAdd(h0 + (key & 0x3FFu), 1u);
     };
     if (staged) {
-        for (int j = threadIdx.x; j < hi - lo; j += NT) count3(0, true, stage[j]);
+        visit_stage(stage, hi - lo, [&](int, u32 key) { count3(0, true, key); });
     } else if (collect) {
         int n = (int)sc.cnt;
         for (int j = threadIdx.x; j < n; j += NT) count3(0, true, ckey[j]);
     } else {
         visit_global(x, lo, hi, count3);
     }
-    cluster_sync();
-    choose_bin(h0, C, rank, sc);
+    STAMP(5);
+    row_sync(C);
+    choose_bin(h0, tot, C, rank, 2, sc);
     const u32 T = (p2 << 10) | sc.bin;
+    STAMP(6);
     const u32 need = sc.kr;  // keys equal to T the row takes, lowest columns first
     __syncthreads();         // sc.lt is complete
 
@@ -390,7 +680,7 @@ extern "C" __global__ void __launch_bounds__(NT) topk_rows(
         sc.xchg[0] = sc.lt;
         sc.xchg[1] = h0[sc.bin];
     }
-    cluster_sync();
+    row_sync(C);
     if (threadIdx.x < 32) {  // lane c < rank reads CTA c's pair; lane 0 adds them up in order
         u32 c = threadIdx.x, lt_c = 0, eq_c = 0;
         if (c < rank) {
@@ -410,10 +700,12 @@ extern "C" __global__ void __launch_bounds__(NT) topk_rows(
             sc.taken = min(sc.xchg[1], left);
         }
     }
-    cluster_arrive();  // done reading the other CTAs' shared memory
+    if (C > 1) cluster_arrive();  // done reading the other CTAs' shared memory
     __syncthreads();
+    STAMP(7);
     const u32 base = sc.base, taken = sc.taken;
-    if (staged) emit<true>(x, stage, lo, hi, T, taken, base, orow, sc.wsum);
-    else emit<false>(x, stage, lo, hi, T, taken, base, orow, sc.wsum);
-    cluster_wait();  // no CTA leaves while another may still read its shared memory
+    if (staged) emit<true>(x, stage, lo, hi, m, T, taken, base, orow, sc.wsum);
+    else emit<false>(x, stage, lo, hi, m, T, taken, base, orow, sc.wsum);
+    STAMP(8);
+    if (C > 1) cluster_wait();  // no CTA leaves while another may still read its shared memory
 }

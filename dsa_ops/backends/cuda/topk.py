@@ -20,11 +20,12 @@ from dsa_ops.backends.cuda.kernel import Function, Program
 SOURCE = Path(__file__).with_name("topk.cu")
 KERNEL = "topk_rows"
 THREADS = 512  # NT in topk.cu
-HIST_BYTES = 2 * 2048 * 4  # the two shared histograms
+HIST_BYTES = 3 * 2048 * 4  # two shared histograms and the reduce-scatter totals
 STATIC_BYTES = 1024  # the kernel's static shared memory (Scalars), rounded up
 MAX_CLUSTER = 16  # Hopper's non-portable cluster limit
 MIN_SLICE = 4096  # few rows: no more CTAs a row than leave each this many columns
-MANY_STAGE = 32768  # many rows: keys staged a CTA (about one CTA an SM at this size)
+MANY_STAGE = 18432  # many rows: keys staged a CTA (two CTAs fit a multiprocessor)
+CAND_FEW, CAND_MANY = 4096, 2048  # the leader's candidate buffer (few rows / many rows)
 MODE_PER_ROW, MODE_PER_REQUEST, MODE_PREFILL = 0, 1, 2
 
 
@@ -34,47 +35,59 @@ class Plan:
 
     cluster: int  # CTAs a row (one thread-block cluster)
     stage_keys: int  # keys of a row slice the CTA keeps in shared memory
+    cand_keys: int = CAND_FEW  # the leader's buffer of first-digit candidates (key, column)
 
     @property
     def shared(self) -> int:
         """Dynamic shared memory a CTA (bytes)."""
-        return HIST_BYTES + 4 * self.stage_keys
+        return HIST_BYTES + 4 * self.stage_keys + 8 * self.cand_keys
 
 
 def _ceil(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def stage_for(columns: int) -> int:
+    """Stage keys a slice of ``columns`` needs: THREADS x m, m = 4 x an odd number >= the
+    slice's share a thread (the kernel's ``m``; odd so that the emission's 16-byte shared
+    loads are free of bank conflicts)."""
+    return THREADS * 4 * (_ceil(max(columns, 1), 4 * THREADS) | 1)
+
+
 def make_plan(rows: int, width: int, sms: int, smem_max: int, cluster: Optional[int] = None,
-              stage_keys: Optional[int] = None) -> Plan:
-    """The launch shape (pure function of host ints; ``cluster`` / ``stage_keys`` override
-    the choice, for benchmarks).
+              stage_keys: Optional[int] = None, cand_keys: Optional[int] = None) -> Plan:
+    """The launch shape (pure function of host ints; the keyword overrides are for
+    benchmarks and tests).
 
     Few rows (R <= multiprocessors): the widest cluster (up to 16) that keeps R x cluster
     CTAs within one wave and slices of at least MIN_SLICE columns; the stage as large as
     the slice (every row read once) up to the shared memory left. Many rows: the smallest
-    cluster whose slice of a full-width row fits MANY_STAGE keys, so long prefill rows are
-    still read once.
+    cluster whose full-width slice fits MANY_STAGE keys, so that rows are read once and two
+    CTAs share a multiprocessor.
     """
-    limit = max(4, (smem_max - HIST_BYTES - STATIC_BYTES) // 4)
+    few = rows <= sms
+    cand = (CAND_FEW if few else CAND_MANY) if cand_keys is None else int(cand_keys)
+    if not 0 <= cand <= 1 << 16:
+        raise ValueError(f"cand_keys: expected 0..65536, got {cand}")
+    limit = max(4, (smem_max - HIST_BYTES - STATIC_BYTES - 8 * cand) // 4)
     if cluster is None:
-        if rows <= sms:
+        if few:
             cluster = MAX_CLUSTER
             while cluster > 1 and (rows * cluster > sms or _ceil(width, cluster) < MIN_SLICE):
                 cluster //= 2
         else:
             cluster = 1
-            while cluster < MAX_CLUSTER and _ceil(width, cluster) > MANY_STAGE:
+            while cluster < MAX_CLUSTER and stage_for(_ceil(width, cluster)) > MANY_STAGE:
                 cluster *= 2
     if not 1 <= cluster <= MAX_CLUSTER or cluster & (cluster - 1):
         raise ValueError(f"cluster: expected a power of two in [1, {MAX_CLUSTER}], got {cluster}")
     if stage_keys is None:
-        cap = limit if rows <= sms else min(limit, MANY_STAGE)
-        stage_keys = min(_ceil(_ceil(width, cluster), 4) * 4, cap)
+        stage_keys = min(stage_for(_ceil(width, cluster)), limit if few else min(limit, MANY_STAGE))
     stage_keys = max(4, min(int(stage_keys), limit)) & ~3
-    return Plan(cluster, stage_keys)
+    return Plan(cluster, stage_keys, cand)
 
 
+_NULL = ctypes.c_void_p(0)
 _PROGRAM = Program("dsa_ops_topk", SOURCE.read_text() if SOURCE.exists() else "")
 
 
@@ -94,24 +107,26 @@ def _plan(rows: int, width: int, index: int) -> Plan:
     return make_plan(rows, width, sms, smem)
 
 
-def function(index: int) -> Function:
-    """The loaded kernel on cuda:index (compiled or read from the cubin cache at first use)."""
+def function(index: int, program: Optional[Program] = None) -> Function:
+    """The loaded kernel on cuda:index (compiled or read from the cubin cache at first use).
+    ``program``: a variant of the source (devtools), default the shipped one."""
     _, smem = _device_facts(index)
-    return _PROGRAM.function(KERNEL, index, max_shared=smem - STATIC_BYTES, non_portable_cluster=True)
+    return (program or _PROGRAM).function(KERNEL, index, max_shared=smem - STATIC_BYTES, non_portable_cluster=True)
 
 
 def launch(logits: Tensor, lens: Tensor, starts: Tensor, ends: Tensor, mode: int, next_n: int, k: int,
-           out: Tensor, plan: Optional[Plan] = None) -> None:
+           out: Tensor, plan: Optional[Plan] = None, dbg: Optional[Tensor] = None,
+           program: Optional[Program] = None) -> None:
     """Fill ``out`` (R, k) int32 from ``logits`` (R, W) fp32 rows (already validated)."""
     rows, width = logits.shape
     if rows == 0:
         return
     index = logits.device.index
     p = plan or _plan(rows, width, index)
-    fn = function(index)
+    fn = function(index, program)
     fn((rows * p.cluster,), (THREADS,),
        (logits, ctypes.c_int64(logits.stride(0)), width, lens, starts, ends, mode, next_n, k, out,
-        p.cluster, p.stage_keys),
+        p.cluster, p.stage_keys, p.cand_keys, _NULL if dbg is None else dbg),
        shared=p.shared, cluster=(p.cluster,))
 
 
