@@ -25,6 +25,9 @@
 #define TILE (NT * E)
 #define U4 4                   // float4 loads in flight a thread in a counting pass
 #define U1 16                  // scalar loads in flight a thread (unaligned rows)
+#ifndef MIN_BLOCKS
+#define MIN_BLOCKS 2           // two CTAs a multiprocessor (prefill): at most 64 registers a thread
+#endif
 
 typedef unsigned int u32;
 typedef long long i64;
@@ -78,7 +81,7 @@ __device__ __forceinline__ void row_sync(int C) {
 }
 
 #ifndef A2A_MAX
-#define A2A_MAX 2  // clusters up to this size sum every histogram in every CTA (one barrier a pass)
+#define A2A_MAX 4  // clusters up to this size sum every histogram in every CTA (one barrier a pass)
 #endif
 
 // Phase clock of CTA blockIdx.x, for dsa_ops/devtools/cuda_topk_variants.py (dbg is null
@@ -138,7 +141,9 @@ struct Scalars {
     u32 binsz;    // the row's count of keys in the chosen bin
     u32 off;      // this CTA's first slot in the leader's candidate buffer
     u32 T;        // the k-th key (set by the leader)
-    u32 ltc[16], eqc[16];  // leader: keys < T and == T of each CTA of the row
+    u32 ltc[16];  // leader: each CTA's keys below the first-digit bin (written by that CTA)
+    u32 offc[16]; // leader: where each CTA's candidates start (written by that CTA)
+    u32 pfl[17], pfe[17];  // leader: candidates < T and == T before each CTA's start
     u32 wsum[2 * NWARP];
 };
 
@@ -192,7 +197,7 @@ __device__ __forceinline__ void block_scan2(u32& a, u32& b, u32* wsum) {
 // After a cluster barrier: sum the C histograms `h` (bins [4t, 4t + 4) a thread), find the
 // bin where the running count reaches sc.kr, store it in sc.bin and the keys still wanted
 // inside it in sc.kr, and add this CTA's keys in lower bins to sc.lt.
-__device__ void choose_bin_a2a(const u32* h, u32 C, u32 rank, Scalars& sc) {
+__device__ void choose_bin_a2a(const u32* h, u32 C, u32 rank, Scalars& sc, bool own_below = true) {
     u32 kr = sc.kr;
     u32 t4 = 4 * threadIdx.x;
     uint4 own = *reinterpret_cast<const uint4*>(h + t4);
@@ -216,7 +221,7 @@ __device__ void choose_bin_a2a(const u32* h, u32 C, u32 rank, Scalars& sc) {
         sc.binsz = b == t4 ? v.x : (b == t4 + 1 ? v.y : (b == t4 + 2 ? v.z : v.w));
     }
     __syncthreads();
-    add_own_below(h, sc);
+    if (own_below) add_own_below(h, sc);
 }
 
 // This CTA's keys in bins below sc.bin of its own histogram, added to sc.lt.
@@ -488,7 +493,7 @@ __device__ __forceinline__ void row_window(int mode, int r, int width, int next_
     L = (int)n;
 }
 
-extern "C" __global__ void __launch_bounds__(NT) topk_rows(
+extern "C" __global__ void __launch_bounds__(NT, MIN_BLOCKS) topk_rows(
     const float* __restrict__ logits, i64 pitch, int width, const int* __restrict__ lens,
     const int* __restrict__ starts, const int* __restrict__ ends, int mode, int next_n, int k,
     int* __restrict__ out, int C, int stage_keys, int cand_keys, unsigned long long* __restrict__ dbg) {
@@ -520,10 +525,6 @@ extern "C" __global__ void __launch_bounds__(NT) topk_rows(
     const bool staged = NT * m <= stage_keys;                // the same answer in every CTA of the row
 
     for (int b = threadIdx.x; b < 2 * BINS; b += NT) smem[b] = 0;
-    if (threadIdx.x < 16) {
-        sc.ltc[threadIdx.x] = 0;
-        sc.eqc[threadIdx.x] = 0;
-    }
     if (threadIdx.x == 0) {
         sc.kr = (u32)k;
         sc.lt = 0;
@@ -554,13 +555,22 @@ extern "C" __global__ void __launch_bounds__(NT) topk_rows(
             if (c == 0) sc.off = n_c;
         }
         __syncthreads();  // sc.off, and sc.lt complete
-        if (threadIdx.x == 0) put(&sc.ltc[rank], 0, rank, sc.lt);
+        if (threadIdx.x == 0) {
+            put(&sc.ltc[rank], 0, rank, sc.lt);
+            put(&sc.offc[rank], 0, rank, sc.off);
+        }
         const u32 off = sc.off;
         visit_stage(stage, hi - lo, [&](int j, u32 key) {
-            if ((key >> 21) == b1) {
-                u32 pos = off + atomicAdd(&sc.cnt, 1u);
-                put(gkey + pos, 0, rank, key);
-                put(gcol + pos, 0, rank, (u32)(lo + j));
+            bool hit = (key >> 21) == b1;
+            u32 live = __activemask(), vote = __ballot_sync(live, hit);
+            if (vote) {  // one shared atomic a warp, not one a key (same-address atomics serialise)
+                u32 lane = threadIdx.x & 31, lead = __ffs(vote) - 1, pos = 0;
+                if (lane == lead) pos = atomicAdd(&sc.cnt, (u32)__popc(vote));
+                pos = off + __shfl_sync(live, pos, lead) + __popc(vote & lanemask_lt());
+                if (hit) {
+                    put(gkey + pos, 0, rank, key);
+                    put(gcol + pos, 0, rank, (u32)(lo + j));
+                }
             }
         });
         STAMP(3);
@@ -569,24 +579,44 @@ extern "C" __global__ void __launch_bounds__(NT) topk_rows(
             const int M = (int)sc.binsz;
             for (int j = threadIdx.x; j < M; j += NT) atomicAdd(h1 + ((gkey[j] >> 10) & 0x7FFu), 1u);
             __syncthreads();
-            choose_bin_a2a(h1, 1, 0, sc);
+            choose_bin_a2a(h1, 1, 0, sc, false);
             const u32 p2 = (b1 << 11) | sc.bin;
             for (int b = threadIdx.x; b < BINS; b += NT) h0[b] = 0;  // no CTA reads it any more
             __syncthreads();
             for (int j = threadIdx.x; j < M; j += NT)
                 if ((gkey[j] >> 10) == p2) atomicAdd(h0 + (gkey[j] & 0x3FFu), 1u);
             __syncthreads();
-            choose_bin_a2a(h0, 1, 0, sc);
+            choose_bin_a2a(h0, 1, 0, sc, false);
             const u32 T = (p2 << 10) | sc.bin, need = sc.kr;
-            for (int j = threadIdx.x; j < M; j += NT) {
-                u32 key = gkey[j], c = gcol[j] / (u32)ch;
-                if (key < T) atomicAdd(&sc.ltc[c], 1u);
-                else if (key == T) atomicAdd(&sc.eqc[c], 1u);
+            // CTA c's candidates are gkey[off_c, off_c + n_c) (off_c in sc.offc[c], written
+            // by CTA c): count keys < T and == T in every prefix with one scan over
+            // thread-owned runs, then read the prefix counts at the C + 1 offsets.
+            const int per = (M + NT - 1) / NT, a = min((int)threadIdx.x * per, M), b = min(a + per, M);
+            u32 nl = 0, ne = 0;
+            for (int j = a; j < b; ++j) {
+                nl += gkey[j] < T;
+                ne += gkey[j] == T;
+            }
+            u32 pl = nl, pe = ne;
+            block_scan2(pl, pe, sc.wsum);
+            for (u32 c = 0; c <= (u32)C; ++c) {
+                int o = c < (u32)C ? (int)sc.offc[c] : M;
+                int owner = o >= M || per == 0 ? NT - 1 : o / per;
+                if ((int)threadIdx.x == owner) {
+                    u32 xl = pl, xe = pe;
+                    for (int j = a; j < min(o, b); ++j) {
+                        xl += gkey[j] < T;
+                        xe += gkey[j] == T;
+                    }
+                    sc.pfl[c] = xl;
+                    sc.pfe[c] = xe;
+                }
             }
             __syncthreads();
             if (threadIdx.x < 32) {  // lane c: CTA c's ties taken and first slot
                 u32 c = threadIdx.x;
-                u32 lt = c < (u32)C ? sc.ltc[c] : 0u, eq = c < (u32)C ? sc.eqc[c] : 0u, ie = eq;
+                u32 lt = c < (u32)C ? sc.ltc[c] + sc.pfl[c + 1] - sc.pfl[c] : 0u;
+                u32 eq = c < (u32)C ? sc.pfe[c + 1] - sc.pfe[c] : 0u, ie = eq;
 #pragma unroll
                 for (int d = 1; d < 32; d <<= 1) {
                     u32 y = __shfl_up_sync(0xFFFFFFFFu, ie, d);
@@ -635,10 +665,17 @@ extern "C" __global__ void __launch_bounds__(NT) topk_rows(
     auto count2 = [&](int i, bool ok, u32 key) {
         bool hit = ok && (key >> 21) == b1;
         if (hit) atomicAdd(h1 + ((key >> 10) & 0x7FFu), 1u);
-        if (collect && hit) {  // rare (one first-digit bin): a plain shared atomic
-            u32 pos = atomicAdd(&sc.cnt, 1u);
-            ckey[pos] = key;
-            ccol[pos] = (u32)i;
+        if (collect) {  // one shared atomic a warp (same-address atomics serialise)
+            u32 live = __activemask(), vote = __ballot_sync(live, hit);
+            if (vote) {
+                u32 lane = threadIdx.x & 31, lead = __ffs(vote) - 1, pos = 0;
+                if (lane == lead) pos = atomicAdd(&sc.cnt, (u32)__popc(vote));
+                pos = __shfl_sync(live, pos, lead) + __popc(vote & lanemask_lt());
+                if (hit) {
+                    ckey[pos] = key;
+                    ccol[pos] = (u32)i;
+                }
+            }
         }
     };
     if (staged) {
