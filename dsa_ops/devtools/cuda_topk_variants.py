@@ -64,7 +64,13 @@ def _phases(launch, grid: int) -> str:
     cols = [i for i in range(9) if bool((d[:, i] != 0).all())]  # the stamps this path sets
     names = PHASES_LEADER if cols == [0, 1, 2, 3, 4, 7, 8] else PHASES
     steps = (d[:, cols[1:]] - d[:, cols[:-1]]).median(0).values / 1000
-    return " ".join(f"{n} {v:.1f}" for n, v in zip(names, steps.tolist()))
+    text = " ".join(f"{n} {v:.1f}" for n, v in zip(names, steps.tolist()))
+    lead = dbg[0, :9].double()  # the first row's CTA 0 (the leader): its own steps
+    if names is PHASES_LEADER and bool((lead[[3, 5, 6, 4]] != 0).all()):
+        t = lead.tolist()
+        text += (f" | leader: pass2+choose {(t[5] - t[3]) / 1000:.1f} pass3+choose {(t[6] - t[5]) / 1000:.1f}"
+                 f" counts+handout {(t[4] - t[6]) / 1000:.1f}")
+    return text
 
 
 def _same(got: torch.Tensor, want: torch.Tensor) -> str:

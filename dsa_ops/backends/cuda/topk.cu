@@ -25,9 +25,7 @@
 #define TILE (NT * E)
 #define U4 4                   // float4 loads in flight a thread in a counting pass
 #define U1 16                  // scalar loads in flight a thread (unaligned rows)
-#ifndef MIN_BLOCKS
-#define MIN_BLOCKS 2           // two CTAs a multiprocessor (prefill): at most 64 registers a thread
-#endif
+
 
 typedef unsigned int u32;
 typedef long long i64;
@@ -493,7 +491,23 @@ __device__ __forceinline__ void row_window(int mode, int r, int width, int next_
     L = (int)n;
 }
 
-extern "C" __global__ void __launch_bounds__(NT, MIN_BLOCKS) topk_rows(
+__device__ __forceinline__ void topk_body(
+    const float* __restrict__ logits, i64 pitch, int width, const int* __restrict__ lens,
+    const int* __restrict__ starts, const int* __restrict__ ends, int mode, int next_n, int k,
+    int* __restrict__ out, int C, int stage_keys, int cand_keys, unsigned long long* __restrict__ dbg);
+
+// One CTA a multiprocessor (few rows: up to 128 registers a thread) and two (many rows).
+#define TOPK_ENTRY(NAME, BLOCKS)                                                                          \
+    extern "C" __global__ void __launch_bounds__(NT, BLOCKS) NAME(                                        \
+        const float* __restrict__ logits, i64 pitch, int width, const int* __restrict__ lens,            \
+        const int* __restrict__ starts, const int* __restrict__ ends, int mode, int next_n, int k,       \
+        int* __restrict__ out, int C, int stage_keys, int cand_keys, unsigned long long* __restrict__ dbg) { \
+        topk_body(logits, pitch, width, lens, starts, ends, mode, next_n, k, out, C, stage_keys, cand_keys, dbg); \
+    }
+TOPK_ENTRY(topk_rows, 1)
+TOPK_ENTRY(topk_rows_many, 2)
+
+__device__ __forceinline__ void topk_body(
     const float* __restrict__ logits, i64 pitch, int width, const int* __restrict__ lens,
     const int* __restrict__ starts, const int* __restrict__ ends, int mode, int next_n, int k,
     int* __restrict__ out, int C, int stage_keys, int cand_keys, unsigned long long* __restrict__ dbg) {
@@ -559,20 +573,29 @@ extern "C" __global__ void __launch_bounds__(NT, MIN_BLOCKS) topk_rows(
             put(&sc.ltc[rank], 0, rank, sc.lt);
             put(&sc.offc[rank], 0, rank, sc.off);
         }
-        const u32 off = sc.off;
-        visit_stage(stage, hi - lo, [&](int j, u32 key) {
-            bool hit = (key >> 21) == b1;
-            u32 live = __activemask(), vote = __ballot_sync(live, hit);
-            if (vote) {  // one shared atomic a warp, not one a key (same-address atomics serialise)
-                u32 lane = threadIdx.x & 31, lead = __ffs(vote) - 1, pos = 0;
-                if (lane == lead) pos = atomicAdd(&sc.cnt, (u32)__popc(vote));
-                pos = off + __shfl_sync(live, pos, lead) + __popc(vote & lanemask_lt());
-                if (hit) {
+        // Thread t sends the hits among its own keys [t*m, (t+1)*m) of the slice: count
+        // them, one warp scan and one shared atomic a warp reserve its slots, then write.
+        const int a = min(lo + (int)threadIdx.x * m, hi), b = min(a + m, hi);
+        u32 hits = 0;
+        sweep<true>(x, stage, lo, a, b, [&](int, u32 key) { hits += (key >> 21) == b1; });
+        u32 lane = threadIdx.x & 31, incl = hits;
+#pragma unroll
+        for (int d = 1; d < 32; d <<= 1) {
+            u32 y = __shfl_up_sync(0xFFFFFFFFu, incl, d);
+            if (lane >= (u32)d) incl += y;
+        }
+        u32 wbase = 0;
+        if (lane == 31 && incl) wbase = atomicAdd(&sc.cnt, incl);
+        u32 pos = sc.off + __shfl_sync(0xFFFFFFFFu, wbase, 31) + incl - hits;
+        if (hits) {
+            sweep<true>(x, stage, lo, a, b, [&](int i, u32 key) {
+                if ((key >> 21) == b1) {
                     put(gkey + pos, 0, rank, key);
-                    put(gcol + pos, 0, rank, (u32)(lo + j));
+                    put(gcol + pos, 0, rank, (u32)i);
+                    ++pos;
                 }
-            }
-        });
+            });
+        }
         STAMP(3);
         row_sync(C);
         if (rank == 0) {
@@ -581,6 +604,7 @@ extern "C" __global__ void __launch_bounds__(NT, MIN_BLOCKS) topk_rows(
             __syncthreads();
             choose_bin_a2a(h1, 1, 0, sc, false);
             const u32 p2 = (b1 << 11) | sc.bin;
+            STAMP(5);
             for (int b = threadIdx.x; b < BINS; b += NT) h0[b] = 0;  // no CTA reads it any more
             __syncthreads();
             for (int j = threadIdx.x; j < M; j += NT)
@@ -588,6 +612,7 @@ extern "C" __global__ void __launch_bounds__(NT, MIN_BLOCKS) topk_rows(
             __syncthreads();
             choose_bin_a2a(h0, 1, 0, sc, false);
             const u32 T = (p2 << 10) | sc.bin, need = sc.kr;
+            STAMP(6);
             // CTA c's candidates are gkey[off_c, off_c + n_c) (off_c in sc.offc[c], written
             // by CTA c): count keys < T and == T in every prefix with one scan over
             // thread-owned runs, then read the prefix counts at the C + 1 offsets.

@@ -18,7 +18,7 @@ from torch import Tensor
 from dsa_ops.backends.cuda.kernel import Function, Program
 
 SOURCE = Path(__file__).with_name("topk.cu")
-KERNEL = "topk_rows"
+KERNEL = "topk_rows"  # one CTA a multiprocessor; "topk_rows_many": two (64 registers a thread)
 THREADS = 512  # NT in topk.cu
 HIST_BYTES = 3 * 2048 * 4  # two shared histograms and the reduce-scatter totals
 STATIC_BYTES = 1024  # the kernel's static shared memory (Scalars), rounded up
@@ -107,11 +107,13 @@ def _plan(rows: int, width: int, index: int) -> Plan:
     return make_plan(rows, width, sms, smem)
 
 
-def function(index: int, program: Optional[Program] = None) -> Function:
+def function(index: int, program: Optional[Program] = None, many: bool = False) -> Function:
     """The loaded kernel on cuda:index (compiled or read from the cubin cache at first use).
-    ``program``: a variant of the source (devtools), default the shipped one."""
+    ``program``: a variant of the source (devtools), default the shipped one; ``many``: the
+    entry point built for two CTAs a multiprocessor."""
     _, smem = _device_facts(index)
-    return (program or _PROGRAM).function(KERNEL, index, max_shared=smem - STATIC_BYTES, non_portable_cluster=True)
+    return (program or _PROGRAM).function(KERNEL + ("_many" if many else ""), index, max_shared=smem - STATIC_BYTES,
+                                          non_portable_cluster=True)
 
 
 def launch(logits: Tensor, lens: Tensor, starts: Tensor, ends: Tensor, mode: int, next_n: int, k: int,
@@ -123,7 +125,8 @@ def launch(logits: Tensor, lens: Tensor, starts: Tensor, ends: Tensor, mode: int
         return
     index = logits.device.index
     p = plan or _plan(rows, width, index)
-    fn = function(index, program)
+    sms, _ = _device_facts(index)
+    fn = function(index, program, many=rows * p.cluster > sms)
     fn((rows * p.cluster,), (THREADS,),
        (logits, ctypes.c_int64(logits.stride(0)), width, lens, starts, ends, mode, next_n, k, out,
         p.cluster, p.stage_keys, p.cand_keys, _NULL if dbg is None else dbg),
