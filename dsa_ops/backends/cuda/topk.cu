@@ -141,7 +141,8 @@ struct Scalars {
     u32 T;        // the k-th key (set by the leader)
     u32 ltc[16];  // leader: each CTA's keys below the first-digit bin (written by that CTA)
     u32 offc[16]; // leader: where each CTA's candidates start (written by that CTA)
-    u32 pfl[17], pfe[17];  // leader: candidates < T and == T before each CTA's start
+    u32 pfl[16], pfe[16];  // leader: each CTA's candidates < T and == T
+    u32 wa[NWARP], wl[NWARP], we[NWARP], wbase[NWARP], wtake[NWARP];  // unstaged rows: per warp run
     u32 wsum[2 * NWARP];
 };
 
@@ -491,6 +492,118 @@ __device__ __forceinline__ void row_window(int mode, int r, int width, int next_
     L = (int)n;
 }
 
+// Unstaged rows, second read of the slice: warp w reads its run [lo + w*SW, lo + (w+1)*SW)
+// in order (32 keys a step, coalesced), counts the keys below the first-digit bin b1 into
+// sc.wa[w], and appends the keys of bin b1 with their columns to this CTA's list (local,
+// at `own`: keys then columns) and to the leader's buffer (gkey/gcol from sc.off).
+__device__ void second_read(const float* __restrict__ x, int lo, int hi, int SW, u32 b1, u32* gkey, u32* gcol,
+                            u32* own, u32 cap, u32 rank, Scalars& sc) {
+    const u32 lane = threadIdx.x & 31, w = threadIdx.x >> 5, lm = lanemask_lt();
+    const int r0 = min(lo + (int)w * SW, hi), r1 = min(r0 + SW, hi);
+    u32* okey = own;  // keys at own[0, cap), columns at own[cap, 2 cap); at most sc.binsz <= cap of them
+    u32* ocol = own + cap;
+    u32 below = 0;
+    for (int base = r0; base < r1; base += 32 * U1) {
+        float v[U1];
+#pragma unroll
+        for (int u = 0; u < U1; ++u) {
+            int i = base + u * 32 + (int)lane;
+            v[u] = i < r1 ? __ldg(x + i) : 0.f;
+        }
+#pragma unroll
+        for (int u = 0; u < U1; ++u) {
+            int i = base + u * 32 + (int)lane;
+            bool ok = i < r1;
+            u32 key = order_key(v[u]), d1 = key >> 21;
+            below += __popc(__ballot_sync(0xFFFFFFFFu, ok && d1 < b1));
+            bool hit = ok && d1 == b1;
+            u32 vote = __ballot_sync(0xFFFFFFFFu, hit);
+            if (vote) {
+                u32 pos = 0;
+                if (lane == 0) pos = atomicAdd(&sc.cnt, (u32)__popc(vote));
+                pos = __shfl_sync(0xFFFFFFFFu, pos, 0) + __popc(vote & lm);
+                if (hit) {
+                    okey[pos] = key;
+                    ocol[pos] = (u32)i;
+                    put(gkey + sc.off + pos, 0, rank, key);
+                    put(gcol + sc.off + pos, 0, rank, (u32)i);
+                }
+            }
+        }
+    }
+    if (lane == 0) sc.wa[w] = below;
+}
+
+// Unstaged rows, ordered emission after the leader's hand-out (sc.T, sc.base, sc.taken):
+// the CTA's own candidates give each warp run its keys < T and == T, a warp scan gives each
+// run its first slot and ties, then every warp reads its run again in order and writes its
+// winners by warp votes (no CTA barrier inside the read; a warp stops once its run is done).
+__device__ void emit_runs(const float* __restrict__ x, int lo, int hi, int SW, const u32* own, u32 cap,
+                          int* __restrict__ orow, Scalars& sc) {
+    const u32 lane = threadIdx.x & 31, w = threadIdx.x >> 5, lm = lanemask_lt();
+    const u32 T = sc.T, n_own = sc.cnt;
+    const u32* okey = own;
+    const u32* ocol = own + cap;
+    if (threadIdx.x < NWARP) {
+        sc.wl[threadIdx.x] = 0;
+        sc.we[threadIdx.x] = 0;
+    }
+    __syncthreads();
+    for (u32 j = threadIdx.x; j < n_own; j += NT) {
+        u32 key = okey[j], ww = (ocol[j] - (u32)lo) / (u32)SW;
+        if (key < T) atomicAdd(&sc.wl[ww], 1u);
+        else if (key == T) atomicAdd(&sc.we[ww], 1u);
+    }
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        u32 c = threadIdx.x;
+        u32 lt = c < NWARP ? sc.wa[c] + sc.wl[c] : 0u, eq = c < NWARP ? sc.we[c] : 0u, ie = eq;
+#pragma unroll
+        for (int d = 1; d < 32; d <<= 1) {
+            u32 y = __shfl_up_sync(0xFFFFFFFFu, ie, d);
+            if (c >= (u32)d) ie += y;
+        }
+        u32 before = ie - eq, taken = min(eq, sc.taken > before ? sc.taken - before : 0u);
+        u32 sel = lt + taken, is = sel;
+#pragma unroll
+        for (int d = 1; d < 32; d <<= 1) {
+            u32 y = __shfl_up_sync(0xFFFFFFFFu, is, d);
+            if (c >= (u32)d) is += y;
+        }
+        if (c < NWARP) {
+            sc.wbase[c] = sc.base + is - sel;
+            sc.wtake[c] = taken;
+            sc.wl[c] = lt;  // the run's keys < T, for its early stop
+        }
+    }
+    __syncthreads();
+    const int r0 = min(lo + (int)w * SW, hi), r1 = min(r0 + SW, hi);
+    const u32 base = sc.wbase[w], take = sc.wtake[w], lt_all = sc.wl[w];
+    u32 r_lt = 0, r_eq = 0;
+    for (int b0 = r0; b0 < r1 && (r_lt < lt_all || r_eq < take); b0 += 32 * U1) {
+        float v[U1];
+#pragma unroll
+        for (int u = 0; u < U1; ++u) {
+            int i = b0 + u * 32 + (int)lane;
+            v[u] = i < r1 ? __ldg(x + i) : 0.f;
+        }
+#pragma unroll
+        for (int u = 0; u < U1; ++u) {
+            int i = b0 + u * 32 + (int)lane;
+            bool ok = i < r1;
+            u32 key = order_key(v[u]);
+            u32 bl = __ballot_sync(0xFFFFFFFFu, ok && key < T), be = __ballot_sync(0xFFFFFFFFu, ok && key == T);
+            if (bl | be) {
+                u32 a = r_lt + __popc(bl & lm), t = r_eq + __popc(be & lm);
+                if ((bl >> lane) & 1u) orow[base + a + min(t, take)] = i;
+                else if (((be >> lane) & 1u) && t < take) orow[base + a + t] = i;
+                r_lt += __popc(bl);
+                r_eq += __popc(be);
+            }
+        }
+    }
+}
+
 __device__ __forceinline__ void topk_body(
     const float* __restrict__ logits, i64 pitch, int width, const int* __restrict__ lens,
     const int* __restrict__ starts, const int* __restrict__ ends, int mode, int next_n, int k,
@@ -555,7 +668,9 @@ __device__ __forceinline__ void topk_body(
     const u32 b1 = sc.bin;
     STAMP(2);
 
-    if (staged && sc.binsz <= (u32)cand_keys) {
+    const bool gather = sc.binsz <= (u32)cand_keys && (staged || sc.binsz <= (u32)stage_keys / 2);
+    const int SW = ((hi - lo + NWARP - 1) / NWARP + 31) & ~31;  // a warp's run of the slice (unstaged rows)
+    if (gather) {
         // Gather: every CTA sends the keys of bin b1 (and its count of keys below it) to
         // the leader (CTA 0), which finishes the select alone and hands each CTA its T,
         // first slot and ties; the stage then serves the ordered emission.
@@ -573,28 +688,32 @@ __device__ __forceinline__ void topk_body(
             put(&sc.ltc[rank], 0, rank, sc.lt);
             put(&sc.offc[rank], 0, rank, sc.off);
         }
-        // Thread t sends the hits among its own keys [t*m, (t+1)*m) of the slice: count
-        // them, one warp scan and one shared atomic a warp reserve its slots, then write.
-        const int a = min(lo + (int)threadIdx.x * m, hi), b = min(a + m, hi);
-        u32 hits = 0;
-        sweep<true>(x, stage, lo, a, b, [&](int, u32 key) { hits += (key >> 21) == b1; });
-        u32 lane = threadIdx.x & 31, incl = hits;
+        if (!staged) {
+            second_read(x, lo, hi, SW, b1, gkey, gcol, stage, (u32)stage_keys / 2, rank, sc);
+        } else {
+            // Thread t sends the hits among its own keys [t*m, (t+1)*m) of the slice: count
+            // them, one warp scan and one shared atomic a warp reserve its slots, then write.
+            const int a = min(lo + (int)threadIdx.x * m, hi), b = min(a + m, hi);
+            u32 hits = 0;
+            sweep<true>(x, stage, lo, a, b, [&](int, u32 key) { hits += (key >> 21) == b1; });
+            u32 lane = threadIdx.x & 31, incl = hits;
 #pragma unroll
-        for (int d = 1; d < 32; d <<= 1) {
-            u32 y = __shfl_up_sync(0xFFFFFFFFu, incl, d);
-            if (lane >= (u32)d) incl += y;
-        }
-        u32 wbase = 0;
-        if (lane == 31 && incl) wbase = atomicAdd(&sc.cnt, incl);
-        u32 pos = sc.off + __shfl_sync(0xFFFFFFFFu, wbase, 31) + incl - hits;
-        if (hits) {
-            sweep<true>(x, stage, lo, a, b, [&](int i, u32 key) {
-                if ((key >> 21) == b1) {
-                    put(gkey + pos, 0, rank, key);
-                    put(gcol + pos, 0, rank, (u32)i);
-                    ++pos;
-                }
-            });
+            for (int d = 1; d < 32; d <<= 1) {
+                u32 y = __shfl_up_sync(0xFFFFFFFFu, incl, d);
+                if (lane >= (u32)d) incl += y;
+            }
+            u32 wbase = 0;
+            if (lane == 31 && incl) wbase = atomicAdd(&sc.cnt, incl);
+            u32 pos = sc.off + __shfl_sync(0xFFFFFFFFu, wbase, 31) + incl - hits;
+            if (hits) {
+                sweep<true>(x, stage, lo, a, b, [&](int i, u32 key) {
+                    if ((key >> 21) == b1) {
+                        put(gkey + pos, 0, rank, key);
+                        put(gcol + pos, 0, rank, (u32)i);
+                        ++pos;
+                    }
+                });
+            }
         }
         STAMP(3);
         row_sync(C);
@@ -614,34 +733,33 @@ __device__ __forceinline__ void topk_body(
             const u32 T = (p2 << 10) | sc.bin, need = sc.kr;
             STAMP(6);
             // CTA c's candidates are gkey[off_c, off_c + n_c) (off_c in sc.offc[c], written
-            // by CTA c): count keys < T and == T in every prefix with one scan over
-            // thread-owned runs, then read the prefix counts at the C + 1 offsets.
-            const int per = (M + NT - 1) / NT, a = min((int)threadIdx.x * per, M), b = min(a + per, M);
-            u32 nl = 0, ne = 0;
-            for (int j = a; j < b; ++j) {
-                nl += gkey[j] < T;
-                ne += gkey[j] == T;
-            }
-            u32 pl = nl, pe = ne;
-            block_scan2(pl, pe, sc.wsum);
-            for (u32 c = 0; c <= (u32)C; ++c) {
-                int o = c < (u32)C ? (int)sc.offc[c] : M;
-                int owner = o >= M || per == 0 ? NT - 1 : o / per;
-                if ((int)threadIdx.x == owner) {
-                    u32 xl = pl, xe = pe;
-                    for (int j = a; j < min(o, b); ++j) {
-                        xl += gkey[j] < T;
-                        xe += gkey[j] == T;
+            // by CTA c): warp c counts those < T and == T (C <= 16 = the warps of a CTA).
+            {
+                const u32 w = threadIdx.x >> 5, lane = threadIdx.x & 31;
+                if (w < (u32)C) {
+                    int o0 = (int)sc.offc[w], o1 = w + 1 < (u32)C ? (int)sc.offc[w + 1] : M;
+                    u32 nl = 0, ne = 0;
+                    for (int j = o0 + (int)lane; j < o1; j += 32) {
+                        u32 key = gkey[j];
+                        nl += key < T;
+                        ne += key == T;
                     }
-                    sc.pfl[c] = xl;
-                    sc.pfe[c] = xe;
+#pragma unroll
+                    for (int d = 16; d; d >>= 1) {
+                        nl += __shfl_xor_sync(0xFFFFFFFFu, nl, d);
+                        ne += __shfl_xor_sync(0xFFFFFFFFu, ne, d);
+                    }
+                    if (lane == 0) {
+                        sc.pfl[w] = nl;
+                        sc.pfe[w] = ne;
+                    }
                 }
             }
             __syncthreads();
             if (threadIdx.x < 32) {  // lane c: CTA c's ties taken and first slot
                 u32 c = threadIdx.x;
-                u32 lt = c < (u32)C ? sc.ltc[c] + sc.pfl[c + 1] - sc.pfl[c] : 0u;
-                u32 eq = c < (u32)C ? sc.pfe[c + 1] - sc.pfe[c] : 0u, ie = eq;
+                u32 lt = c < (u32)C ? sc.ltc[c] + sc.pfl[c] : 0u;
+                u32 eq = c < (u32)C ? sc.pfe[c] : 0u, ie = eq;
 #pragma unroll
                 for (int d = 1; d < 32; d <<= 1) {
                     u32 y = __shfl_up_sync(0xFFFFFFFFu, ie, d);
@@ -664,7 +782,8 @@ __device__ __forceinline__ void topk_body(
         STAMP(4);
         row_sync(C);  // after this no CTA touches another's shared memory
         STAMP(7);
-        emit<true>(x, stage, lo, hi, m, sc.T, sc.taken, sc.base, orow, sc.wsum);
+        if (staged) emit<true>(x, stage, lo, hi, m, sc.T, sc.taken, sc.base, orow, sc.wsum);
+        else emit_runs(x, lo, hi, SW, stage, (u32)stage_keys / 2, orow, sc);
         STAMP(8);
         return;
     }
