@@ -25,7 +25,7 @@ H200 = dict(sms=132, smem_max=232448)
 # ---------------------------------------------------------------- plan (CPU)
 
 @pytest.mark.parametrize("rows, width, want", [
-    (1, 133120, (8, 18432)),  # 8 CTAs a row, each slice staged
+    (1, 133120, (16, 10240)),  # 16 CTAs a row, each slice staged
     (8, 133120, (8, 18432)),
     (16, 133120, (4, 34816)),
     (64, 133120, (2, 43264)),  # the slice outgrows shared memory: 128K rows are read again

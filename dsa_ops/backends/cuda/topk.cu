@@ -510,24 +510,30 @@ __device__ void second_read(const float* __restrict__ x, int lo, int hi, int SW,
             int i = base + u * 32 + (int)lane;
             v[u] = i < r1 ? __ldg(x + i) : 0.f;
         }
+        u32 vote[U1], n = 0;
 #pragma unroll
         for (int u = 0; u < U1; ++u) {
             int i = base + u * 32 + (int)lane;
             bool ok = i < r1;
-            u32 key = order_key(v[u]), d1 = key >> 21;
+            u32 d1 = order_key(v[u]) >> 21;
             below += __popc(__ballot_sync(0xFFFFFFFFu, ok && d1 < b1));
-            bool hit = ok && d1 == b1;
-            u32 vote = __ballot_sync(0xFFFFFFFFu, hit);
-            if (vote) {
-                u32 pos = 0;
-                if (lane == 0) pos = atomicAdd(&sc.cnt, (u32)__popc(vote));
-                pos = __shfl_sync(0xFFFFFFFFu, pos, 0) + __popc(vote & lm);
-                if (hit) {
-                    okey[pos] = key;
-                    ocol[pos] = (u32)i;
-                    put(gkey + sc.off + pos, 0, rank, key);
-                    put(gcol + sc.off + pos, 0, rank, (u32)i);
+            vote[u] = __ballot_sync(0xFFFFFFFFu, ok && d1 == b1);
+            n += __popc(vote[u]);
+        }
+        if (n) {  // one shared atomic for the U1 steps (an atomic a step is a latency chain)
+            u32 pos = 0;
+            if (lane == 0) pos = atomicAdd(&sc.cnt, n);
+            pos = __shfl_sync(0xFFFFFFFFu, pos, 0);
+#pragma unroll
+            for (int u = 0; u < U1; ++u) {
+                if ((vote[u] >> lane) & 1u) {
+                    u32 p = pos + __popc(vote[u] & lm), key = order_key(v[u]), i = (u32)(base + u * 32 + (int)lane);
+                    okey[p] = key;
+                    ocol[p] = i;
+                    put(gkey + sc.off + p, 0, rank, key);
+                    put(gcol + sc.off + p, 0, rank, i);
                 }
+                pos += __popc(vote[u]);
             }
         }
     }

@@ -23,9 +23,9 @@ THREADS = 512  # NT in topk.cu
 HIST_BYTES = 3 * 2048 * 4  # two shared histograms and the reduce-scatter totals
 STATIC_BYTES = 2048  # the kernel's static shared memory (Scalars: 1808 bytes), rounded up
 MAX_CLUSTER = 16  # Hopper's non-portable cluster limit
-# Few rows: CTAs a row by row count (H200, docs/benchmarks/cuda-variants.md: clusters of 16,
-# and 128 CTAs in clusters of 8, ran slower than these).
-FEW_ROWS = ((8, 8), (16, 4), (64, 2), (1 << 62, 1))
+# Few rows: CTAs a row by row count (H200, docs/benchmarks/cuda-variants.md: more than 64
+# CTAs in clusters of 8 or 16 ran slower than these).
+FEW_ROWS = ((4, 16), (8, 8), (16, 4), (64, 2), (1 << 62, 1))
 MIN_SLICE = 4096  # few rows: no more CTAs a row than leave each this many columns
 MANY_STAGE = 18432  # many rows: keys staged a CTA (two CTAs fit a multiprocessor)
 CAND_FEW, CAND_MANY = 4096, 1536  # the leader's candidate buffer (few rows / many rows)
@@ -62,8 +62,8 @@ def make_plan(rows: int, width: int, sms: int, smem_max: int, cluster: Optional[
     """The launch shape (pure function of host ints; the keyword overrides are for
     benchmarks and tests).
 
-    Few rows (R <= multiprocessors): 8 CTAs a row up to 8 rows, 4 up to 16, 2 up to 64,
-    else 1 (FEW_ROWS), fewer when slices would drop below MIN_SLICE columns; the stage as large as
+    Few rows (R <= multiprocessors): 16 CTAs a row up to 4 rows, 8 up to 8, 4 up to 16, 2
+    up to 64, else 1 (FEW_ROWS), fewer when slices would drop below MIN_SLICE columns; the stage as large as
     the slice (every row read once) up to the shared memory left. Many rows: the smallest
     cluster whose full-width slice fits MANY_STAGE keys, so that rows are read once and two
     CTAs share a multiprocessor.
