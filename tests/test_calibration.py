@@ -96,14 +96,14 @@ def test_committed_h200_policy_is_reproducible_from_its_measurements():
     meta = pol.meta
     assert meta["device"] == "NVIDIA H200" and meta["measurements"]
     ms = [C.Measurement(**m) for m in meta["measurements"]]
-    assert {m.backend for m in ms} == {"reference", "triton"}
+    assert {m.backend for m in ms} == {"reference", "cuda", "triton"}
     rebuilt = C.build_policy(ms, meta["platform"], meta["arch"],
                              {k: v for k, v in meta.items() if k not in ("measurements", "decode_bands", "prefill")})
     assert rebuilt.content_hash() == pol.content_hash()
     facts = P.Facts("cuda", "sm_90", "cuda", 2048, 1, 133120)
-    assert [r.backend for r in pol.decode if r.matches(facts)][0] == "triton"
-    for long in (False, True):
-        assert [r.backend for r in pol.prefill if r.matches(facts, long)][0] == "triton"
+    assert [r.backend for r in pol.decode if r.matches(facts)][0] == "cuda"
+    for long, want in ((False, "cuda"), (True, "triton")):
+        assert [r.backend for r in pol.prefill if r.matches(facts, long)][0] == want
 
 
 def test_calibrate_measures_decode_only_backends_on_decode_points_only(monkeypatch):

@@ -257,3 +257,47 @@ def test_million_columns_collect_and_reread():
              make_plan(3, 1 << 20, cluster=16, cand_keys=8192, **H200))
     for plan in plans:
         _assert_same(_run_decode(x, lens, 2048, plan=plan), _ref_decode(x, lens, 2048), f"1M {plan}")
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("family", ["decode", "prefill"])
+def test_opcheck_on_the_gpu(gen, family):
+    """torch.library.opcheck of dsa_ops::topk_<family>_cuda and its out= form on CUDA tensors
+    (schema, fake kernel, dispatch): the CPU suite cannot run them."""
+    from dsa_ops import ops
+    from tests.data import i32, poisoned_out
+
+    x = make_logits(gen, 4, 5000, "ties").cuda()
+    if family == "decode":
+        args = (x, i32([0, 5, 2049, 5000]).cuda(), 16, 1, 1, False)
+    else:
+        args = (x, i32([0, 10, 90, 50]).cuda(), i32([100, 10, 4000, 20]).cuda(), 16, 1, False)
+    torch.library.opcheck(ops.backend_op("cuda", family), args)
+    torch.library.opcheck(ops.backend_op("cuda", family, out=True), args + (poisoned_out(4, 16).cuda(),))
+
+
+def test_prepared_launch_refills_its_arguments(monkeypatch):
+    """CPU: a prepared launch (one per function, grid, plan, stream, thread) passes each
+    call's own pointers and ints; the config's shape and shared memory follow the plan."""
+    import ctypes
+
+    from dsa_ops.backends.cuda import driver
+    from dsa_ops.backends.cuda.kernel import Function
+
+    seen = []
+
+    def fake_launch(handle, cfg, params):
+        vals = [ctypes.cast(params[i], ctypes.POINTER(t)).contents.value for i, t in enumerate(topk._Launch._TYPES)]
+        seen.append((handle, tuple(cfg.grid), tuple(cfg.block), cfg.shared_bytes, vals))
+
+    monkeypatch.setattr(driver, "launch", fake_launch)
+    plan = Plan(4, 6144)
+    run = topk._Launch(Function("f", 77, 0, "sm_90a", 232448), 12, plan, 0)
+    for ptr, k in ((1000, 16), (2000, 2048)):
+        run(ptr, 5000, 4999, ptr + 1, ptr + 2, ptr + 3, 1, 2, k, ptr + 4, 4, 6144, 4096, None)
+    assert [s[:4] for s in seen] == [(77, (12, 1, 1), (topk.THREADS, 1, 1), plan.shared)] * 2
+    assert seen[0][4] == [1000, 5000, 4999, 1001, 1002, 1003, 1, 2, 16, 1004, 4, 6144, 4096, None]
+    assert seen[1][4][0] == 2000 and seen[1][4][8] == 2048
+    with pytest.raises(ValueError, match="shared memory"):
+        topk._Launch(Function("f", 77, 0, "sm_90a", 1024), 12, plan, 0)

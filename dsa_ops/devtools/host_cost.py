@@ -8,8 +8,8 @@ that interleave the forms (so a slow stretch of a shared host hits every form al
   ``writer`` (the bare function call), ``api`` with ``backend=`` and ``out=`` (the cached
   eager route), ``api`` with the policy's choice, ``api`` allocating ``out``, and the backend op
   through the dispatcher (what the route skips on plain tensors);
-* ``triton`` (CUDA only): the same forms around the real Triton launch, on one row shorter
-  than k (the trivial path, a few us of device time, so the loop is bound by the host).
+* ``triton`` and ``cuda`` (CUDA only): the same forms around the real launch, on one row
+  shorter than k (the trivial path, a few us of device time, so the loop is bound by the host).
 
 Run on the device: ``python -m dsa_ops.devtools.host_cost [--json PATH]``; on the CPU only the
 no-op group runs.
@@ -87,6 +87,8 @@ def main(argv=None) -> int:
     groups = {"no-op": measure(NOP, "cuda" if cuda else "cpu", args.calls)}
     if cuda:
         groups["triton"] = measure("triton", "cuda", args.calls)
+        if dsa_ops.backends()["cuda"].availability():
+            groups["cuda"] = measure("cuda", "cuda", args.calls)
     print(f"{torch.cuda.get_device_name() if cuda else 'cpu'}, torch {torch.__version__}; one row, W 4096, L 2000, "
           f"k 2048; min over 7 interleaved rounds of {args.calls} calls")
     print("| backend | call form | us a call | over the writer |\n|---|---|---|---|")

@@ -90,7 +90,6 @@ def make_plan(rows: int, width: int, sms: int, smem_max: int, cluster: Optional[
     return Plan(cluster, stage_keys, cand)
 
 
-_NULL = ctypes.c_void_p(0)
 _PROGRAM = Program("dsa_ops_topk", SOURCE.read_text() if SOURCE.exists() else "")
 
 
@@ -119,10 +118,45 @@ def function(index: int, program: Optional[Program] = None, many: bool = False) 
                                           non_portable_cluster=True)
 
 
+class _Launch:
+    """One prepared launch of ``topk_rows`` for a (function, grid, plan, stream): the
+    ``CUlaunchConfig`` and the argument array are built once; a call refills the values."""
+
+    _TYPES = (ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
+              ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+              ctypes.c_void_p)
+
+    def __init__(self, fn: Function, grid: int, plan: Plan, stream: int) -> None:
+        from dsa_ops.backends.cuda import driver
+
+        if not 0 <= plan.shared <= fn.max_shared:
+            raise ValueError(f"plan: {plan.shared} bytes of shared memory; the kernel was loaded for {fn.max_shared}")
+        self.handle = fn.handle
+        self.cfg, self._attrs = driver.launch_config((grid,), (THREADS,), plan.shared, stream, (plan.cluster,))
+        self.values = [t() for t in self._TYPES]
+        self.params = (ctypes.c_void_p * len(self.values))(
+            *[ctypes.cast(ctypes.pointer(v), ctypes.c_void_p) for v in self.values])
+
+    def __call__(self, *args) -> None:
+        from dsa_ops.backends.cuda import driver
+
+        for v, a in zip(self.values, args):
+            v.value = a
+        driver.launch(self.handle, self.cfg, self.params)
+
+
+_LAUNCHES: dict = {}
+
+
 def launch(logits: Tensor, lens: Tensor, starts: Tensor, ends: Tensor, mode: int, next_n: int, k: int,
            out: Tensor, plan: Optional[Plan] = None, dbg: Optional[Tensor] = None,
            program: Optional[Program] = None) -> None:
-    """Fill ``out`` (R, k) int32 from ``logits`` (R, W) fp32 rows (already validated)."""
+    """Fill ``out`` (R, k) int32 from ``logits`` (R, W) fp32 rows (already validated: every
+    tensor on the logits' device)."""
+    import threading
+
+    import torch
+
     rows, width = logits.shape
     if rows == 0:
         return
@@ -130,10 +164,15 @@ def launch(logits: Tensor, lens: Tensor, starts: Tensor, ends: Tensor, mode: int
     p = plan or _plan(rows, width, index)
     sms, _ = _device_facts(index)
     fn = function(index, program, many=rows * p.cluster > sms)
-    fn((rows * p.cluster,), (THREADS,),
-       (logits, ctypes.c_int64(logits.stride(0)), width, lens, starts, ends, mode, next_n, k, out,
-        p.cluster, p.stage_keys, p.cand_keys, _NULL if dbg is None else dbg),
-       shared=p.shared, cluster=(p.cluster,))
+    stream = torch.cuda.current_stream(index).cuda_stream
+    key = (fn.handle, rows * p.cluster, p, stream, threading.get_ident())
+    run = _LAUNCHES.get(key)
+    if run is None:
+        if len(_LAUNCHES) > 4096:  # many shapes or threads: start over rather than grow
+            _LAUNCHES.clear()
+        run = _LAUNCHES[key] = _Launch(fn, rows * p.cluster, p, stream)
+    run(logits.data_ptr(), logits.stride(0), width, lens.data_ptr(), starts.data_ptr(), ends.data_ptr(), mode,
+        next_n, k, out.data_ptr(), p.cluster, p.stage_keys, p.cand_keys, None if dbg is None else dbg.data_ptr())
 
 
 def decode(logits: Tensor, lengths: Tensor, k: int, next_n: int, stable: bool, out: Tensor) -> None:
