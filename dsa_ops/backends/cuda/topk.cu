@@ -297,10 +297,12 @@ __device__ __forceinline__ void choose_bin(const u32* h, u32* tot, u32 C, u32 ra
     else choose_bin_rs(h, tot, C, rank, p, sc);
 }
 
-// f(i, ok, key) for every i in [lo, hi) of row x (window-relative), called by whole warps
-// the same number of times (ok false past hi), so f may use warp votes.
-template <class F>
-__device__ __forceinline__ void visit_global(const float* __restrict__ x, int lo, int hi, F&& f) {
+// Every column i in [lo, hi) of row x (window-relative), called by whole warps the same
+// number of times (ok false past hi), so the callbacks may use warp votes: f4(i, ok, keys)
+// for the four keys i..i+3 of each 16-byte load when x + lo is 16-byte aligned, and
+// f1(i, ok, key) for the last 0-3 keys (warp 0) and for every key of an unaligned row.
+template <class F4, class F1>
+__device__ __forceinline__ void visit_row(const float* __restrict__ x, int lo, int hi, F4&& f4, F1&& f1) {
     int n = hi - lo;
     if (n <= 0) return;
     if ((reinterpret_cast<unsigned long long>(x + lo) & 15) == 0) {
@@ -316,18 +318,14 @@ __device__ __forceinline__ void visit_global(const float* __restrict__ x, int lo
 #pragma unroll
             for (int u = 0; u < U4; ++u) {
                 int j = base + u * NT + (int)threadIdx.x;
-                bool ok = j < nf;
-                int i = lo + 4 * j;
-                f(i, ok, order_key(v[u].x));
-                f(i + 1, ok, order_key(v[u].y));
-                f(i + 2, ok, order_key(v[u].z));
-                f(i + 3, ok, order_key(v[u].w));
+                f4(lo + 4 * j, j < nf,
+                   make_uint4(order_key(v[u].x), order_key(v[u].y), order_key(v[u].z), order_key(v[u].w)));
             }
         }
         if (threadIdx.x < 32) {  // the last 0-3 keys, by warp 0
             int i = lo + 4 * nf + (int)threadIdx.x;
             bool ok = i < hi;
-            f(i, ok, ok ? order_key(__ldg(x + i)) : 0u);
+            f1(i, ok, ok ? order_key(__ldg(x + i)) : 0u);
         }
     } else {
         for (int base = lo; base < hi; base += NT * U1) {
@@ -340,10 +338,21 @@ __device__ __forceinline__ void visit_global(const float* __restrict__ x, int lo
 #pragma unroll
             for (int u = 0; u < U1; ++u) {
                 int i = base + u * NT + (int)threadIdx.x;
-                f(i, i < hi, order_key(v[u]));
+                f1(i, i < hi, order_key(v[u]));
             }
         }
     }
+}
+
+// f(i, ok, key) for every column of the row, one key at a time (see visit_row).
+template <class F>
+__device__ __forceinline__ void visit_global(const float* __restrict__ x, int lo, int hi, F&& f) {
+    visit_row(x, lo, hi, [&](int i, bool ok, uint4 q) {
+        f(i, ok, q.x);
+        f(i + 1, ok, q.y);
+        f(i + 2, ok, q.z);
+        f(i + 3, ok, q.w);
+    }, f);
 }
 
 // The keys [a, b) of the slice (window-relative columns; a - lo a multiple of 4), from the
@@ -388,58 +397,22 @@ __device__ __forceinline__ void visit_stage(const u32* stage, int n, F&& f) {
 }
 
 // Pass 1: the 11-bit histogram of the slice's keys [lo, hi) into h, and the keys into the
-// stage (when not null) as 16-byte stores.
+// stage (when not null; 16-byte stores where the row is aligned).
 __device__ void read_slice(const float* __restrict__ x, int lo, int hi, u32* h, u32* stage) {
-    int n = hi - lo;
-    if (n <= 0) return;
-    if ((reinterpret_cast<unsigned long long>(x + lo) & 15) == 0) {
-        const float4* p = reinterpret_cast<const float4*>(x + lo);
-        int nf = n >> 2;
-        for (int base = 0; base < nf; base += NT * U4) {
-            float4 v[U4];
-#pragma unroll
-            for (int u = 0; u < U4; ++u) {
-                int j = base + u * NT + (int)threadIdx.x;
-                v[u] = j < nf ? __ldg(p + j) : make_float4(0.f, 0.f, 0.f, 0.f);
-            }
-#pragma unroll
-            for (int u = 0; u < U4; ++u) {
-                int j = base + u * NT + (int)threadIdx.x;
-                if (j < nf) {
-                    uint4 q = make_uint4(order_key(v[u].x), order_key(v[u].y), order_key(v[u].z), order_key(v[u].w));
-                    atomicAdd(h + (q.x >> 21), 1u);
-                    atomicAdd(h + (q.y >> 21), 1u);
-                    atomicAdd(h + (q.z >> 21), 1u);
-                    atomicAdd(h + (q.w >> 21), 1u);
-                    if (stage) reinterpret_cast<uint4*>(stage)[j] = q;
-                }
-            }
+    visit_row(x, lo, hi, [&](int i, bool ok, uint4 q) {
+        if (ok) {
+            atomicAdd(h + (q.x >> 21), 1u);
+            atomicAdd(h + (q.y >> 21), 1u);
+            atomicAdd(h + (q.z >> 21), 1u);
+            atomicAdd(h + (q.w >> 21), 1u);
+            if (stage) *reinterpret_cast<uint4*>(stage + (i - lo)) = q;
         }
-        if ((int)threadIdx.x < (n & 3)) {
-            int j = 4 * nf + (int)threadIdx.x;
-            u32 key = order_key(__ldg(x + lo + j));
+    }, [&](int i, bool ok, u32 key) {
+        if (ok) {
             atomicAdd(h + (key >> 21), 1u);
-            if (stage) stage[j] = key;
+            if (stage) stage[i - lo] = key;
         }
-    } else {
-        for (int base = 0; base < n; base += NT * U1) {
-            float v[U1];
-#pragma unroll
-            for (int u = 0; u < U1; ++u) {
-                int j = base + u * NT + (int)threadIdx.x;
-                v[u] = j < n ? __ldg(x + lo + j) : 0.f;
-            }
-#pragma unroll
-            for (int u = 0; u < U1; ++u) {
-                int j = base + u * NT + (int)threadIdx.x;
-                if (j < n) {
-                    u32 key = order_key(v[u]);
-                    atomicAdd(h + (key >> 21), 1u);
-                    if (stage) stage[j] = key;
-                }
-            }
-        }
-    }
+    });
 }
 
 // Ordered emission of this CTA's winners: keys < T, and the first `taken` keys == T, in

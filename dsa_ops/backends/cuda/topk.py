@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+import torch
 from torch import Tensor
 
+from dsa_ops.backends.cuda import driver
 from dsa_ops.backends.cuda.kernel import Function, Program
 
 SOURCE = Path(__file__).with_name("topk.cu")
@@ -96,9 +99,6 @@ _PROGRAM = Program("dsa_ops_topk", SOURCE.read_text() if SOURCE.exists() else ""
 @functools.lru_cache(maxsize=None)
 def _device_facts(index: int) -> tuple[int, int]:
     """(multiprocessors, opt-in shared memory a block) of cuda:index."""
-    from dsa_ops.backends.cuda import driver
-    import torch
-
     sms = torch.cuda.get_device_properties(index).multi_processor_count
     return sms, driver.device_attribute(index, driver.DEV_ATTR_MAX_SHARED_PER_BLOCK_OPTIN)
 
@@ -127,8 +127,6 @@ class _Launch:
               ctypes.c_void_p)
 
     def __init__(self, fn: Function, grid: int, plan: Plan, stream: int) -> None:
-        from dsa_ops.backends.cuda import driver
-
         if not 0 <= plan.shared <= fn.max_shared:
             raise ValueError(f"plan: {plan.shared} bytes of shared memory; the kernel was loaded for {fn.max_shared}")
         self.handle = fn.handle
@@ -138,8 +136,6 @@ class _Launch:
             *[ctypes.cast(ctypes.pointer(v), ctypes.c_void_p) for v in self.values])
 
     def __call__(self, *args) -> None:
-        from dsa_ops.backends.cuda import driver
-
         for v, a in zip(self.values, args):
             v.value = a
         driver.launch(self.handle, self.cfg, self.params)
@@ -153,10 +149,6 @@ def launch(logits: Tensor, lens: Tensor, starts: Tensor, ends: Tensor, mode: int
            program: Optional[Program] = None) -> None:
     """Fill ``out`` (R, k) int32 from ``logits`` (R, W) fp32 rows (already validated: every
     tensor on the logits' device)."""
-    import threading
-
-    import torch
-
     rows, width = logits.shape
     if rows == 0:
         return
