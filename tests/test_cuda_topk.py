@@ -15,11 +15,12 @@ import torch
 
 import dsa_ops
 from dsa_ops.backends.cuda import topk
-from dsa_ops.backends.cuda.topk import Plan, make_plan
+from dsa_ops.backends.cuda.topk import Plan, SoloPlan, make_plan, solo_plan
 from tests import oracle
 from tests.data import from_bits, logits as make_logits, sliced
 
 H200 = dict(sms=132, smem_max=232448)
+H200_SM = 233472  # shared memory a multiprocessor
 
 
 # ---------------------------------------------------------------- plan (CPU)
@@ -60,6 +61,25 @@ def test_plan_overrides_and_refusals():
         make_plan(3, 1000, cand_keys=-1, **H200)
 
 
+@pytest.mark.parametrize("width, want", [
+    (16384, (23296, 512)),  # short chunks: every row kept whole
+    (133120, (16000, 4160)),
+    (163840, (14080, 5120)),
+    (250000, (8688, 7816)),
+    (262144, None),  # the bitmaps leave less than SOLO_BUF_MIN words: the cluster plan serves
+    (1 << 20, None),
+])
+def test_solo_plan_fits_two_ctas_a_multiprocessor(width, want):
+    p = solo_plan(width, H200_SM)
+    assert (None if p is None else (p.buf, p.words)) == want
+    if p is not None:
+        assert p.words * 32 >= width and p.words % 4 == 0 and p.buf % 8 == 0
+        assert 2 * (p.shared + topk.STATIC_BYTES + topk.SHARED_RESERVED) <= H200_SM
+    assert solo_plan(5000, H200_SM, buf=64) == SoloPlan(64, 160)
+    with pytest.raises(ValueError, match="buf"):
+        solo_plan(5000, H200_SM, buf=10**6)
+
+
 def test_backend_is_registered_and_explains_itself():
     b = dsa_ops.backends()["cuda"]
     assert b.exact and b.decode and b.prefill
@@ -71,6 +91,7 @@ def test_backend_is_registered_and_explains_itself():
 
 def test_kernel_source_ships_with_the_package():
     assert topk.SOURCE.is_file() and "topk_rows" in topk.SOURCE.read_text()
+    assert topk.SOLO_SOURCE.is_file() and "topk_solo" in topk._PROGRAM.source
     import tomllib
     from pathlib import Path
 
@@ -152,6 +173,69 @@ def test_every_path_equals_the_stable_reference(gen, kind, width, k, cluster, pa
     _assert_same(got, _ref_decode(x, lens, k), f"{kind} W={width} k={k} {plan} {path}")
 
 
+def _solo(width, buf=None):
+    return solo_plan(width, H200_SM, buf)
+
+
+@pytest.mark.parametrize("kind", ["randn", "ties", "equal", "specials", "rounded"])
+@pytest.mark.parametrize("width, k", [(100, 16), (5000, 2048), (40000, 2048), (133120, 2048), (70000, 512)])
+@pytest.mark.parametrize("buf", ["auto", "small", "tiny"])
+@pytest.mark.gpu
+@needs_cuda
+def test_solo_equals_the_stable_reference(gen, kind, width, k, buf):
+    """topk_solo, one CTA a row: rows kept whole (direct), rows kept under the sampled bound
+    (the buffer holds half as many keys with their columns), and the digit passes over the
+    row when the sample misses (`tiny`: a 32-key buffer, so every long row falls back)."""
+    rows = 12
+    if kind == "rounded":  # many distinct values with ties near any cut
+        x = torch.randn(rows, width, generator=gen).mul(100).round().div(100).cuda()
+    else:
+        x = make_logits(gen, rows, width, kind).cuda()
+    lens = _lengths_for(width, k, rows, gen).cuda()
+    plan = _solo(width, {"auto": None, "small": 4 * k + 8, "tiny": 64}[buf])
+    got = _run_decode(x, lens, k, plan=plan)
+    _assert_same(got, _ref_decode(x, lens, k), f"{kind} W={width} k={k} {plan}")
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_solo_sample_that_misses_falls_back():
+    """Rows whose sampled columns hold the best keys (the bound is too tight: fewer than k
+    kept) or the worst (too loose: the buffer overflows) still give the reference's bytes."""
+    width, k = 100000, 2048
+    x = torch.randn(4, width)
+    for r, L in enumerate((width, width, 77777, 50001)):
+        pos = (2 * torch.arange(1024) + 1) * L // 2048  # the kernel's sample positions
+        x[r, pos] = 1e3 if r % 2 == 0 else -1e3
+    x[2, :] = x[2].round()
+    x, lens = x.cuda(), torch.tensor([width, width, 77777, 50001], dtype=torch.int32).cuda()
+    got = _run_decode(x, lens, k, plan=_solo(width))
+    _assert_same(got, _ref_decode(x, lens, k), "sample misses")
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_solo_prefill_is_the_default_for_chunks_and_replays(gen):
+    rows, width = 400, 60000
+    assert isinstance(topk._plan(rows, width, torch.cuda.current_device(), True), SoloPlan)
+    g = torch.Generator(device="cuda").manual_seed(3)
+    x = torch.randn(rows, width, device="cuda", generator=g)
+    s = torch.zeros(rows, dtype=torch.int32, device="cuda")
+    e = torch.arange(rows, dtype=torch.int32, device="cuda") * 150
+    out = torch.empty(rows, 2048, dtype=torch.int32, device="cuda")
+    dsa_ops.topk_prefill(x, s, e, 2048, backend="cuda", out=out)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        dsa_ops.topk_prefill(x, s, e, 2048, backend="cuda", out=out)
+    for shift in (0, 7, 3001):
+        s.copy_(torch.full((rows,), shift, dtype=torch.int32))
+        e.add_(shift)
+        x.normal_(generator=g)
+        graph.replay()
+        want = dsa_ops.topk_prefill(x, s, e, 2048, backend="reference", stable=True)
+        _assert_same(out, want, f"solo prefill replay, shift {shift}")
+
+
 @pytest.mark.parametrize("rows", [1, 8, 16, 64, 80, 200])
 @pytest.mark.parametrize("width", [133120, 1048576])
 @pytest.mark.parametrize("stable", [False, True])
@@ -189,7 +273,7 @@ def test_per_request_lengths_and_int_min(gen, next_n):
 def test_row_pitch_and_unaligned_rows(gen, extra):
     x = sliced(make_logits(gen, 16, 20000, "specials"), extra=extra, fill=float("nan")).cuda()
     lens = _lengths_for(20000, 2048, 16, gen).cuda()
-    for plan in (None, Plan(4, 4), Plan(2, 2048), Plan(1, 24576, 64)):
+    for plan in (None, Plan(4, 4), Plan(2, 2048), Plan(1, 24576, 64), _solo(20000), _solo(20000, 8200)):
         got = _run_decode(x, lens, 2048, plan=plan)
         _assert_same(got, _ref_decode(x, lens, 2048), f"pitch {x.stride(0)} {plan}")
 
@@ -205,7 +289,7 @@ def test_never_reads_past_the_length(gen):
     for r, n in enumerate(lens.tolist()):
         x[r, n:] = from_bits([0x7FFF_FFFF])
     x, lens = x.cuda(), lens.cuda()
-    for plan in (None, Plan(1, 4), Plan(16, 4), Plan(4, 16384), Plan(4, 14336, 0)):
+    for plan in (None, Plan(1, 4), Plan(16, 4), Plan(4, 16384), Plan(4, 14336, 0), _solo(50000), _solo(50000, 64)):
         _assert_same(_run_decode(x, lens, 2048, plan=plan), _ref_decode(x, lens, 2048), f"{plan}")
 
 
@@ -299,5 +383,12 @@ def test_prepared_launch_refills_its_arguments(monkeypatch):
     assert [s[:4] for s in seen] == [(77, (12, 1, 1), (topk.THREADS, 1, 1), plan.shared)] * 2
     assert seen[0][4] == [1000, 5000, 4999, 1001, 1002, 1003, 1, 2, 16, 1004, 4, 6144, 4096, None]
     assert seen[1][4][0] == 2000 and seen[1][4][8] == 2048
+    solo = SoloPlan(16000, 4160)
+    run = topk._Launch(Function("g", 78, 0, "sm_90a", 232448), 300, solo, 0)
+    seen.clear()
+    monkeypatch.setattr(topk._Launch, "_TYPES", topk._Launch._SOLO_TYPES)  # fake_launch reads these
+    run(1000, 5000, 4999, 1001, 1002, 1003, 2, 1, 2048, 1004, 16000, 4160, None)
+    assert seen == [(78, (300, 1, 1), (topk.THREADS, 1, 1), solo.shared,
+                     [1000, 5000, 4999, 1001, 1002, 1003, 2, 1, 2048, 1004, 16000, 4160, None])]
     with pytest.raises(ValueError, match="shared memory"):
         topk._Launch(Function("f", 77, 0, "sm_90a", 1024), 12, plan, 0)

@@ -38,25 +38,52 @@ def _program(defines: str):
     return _PROGRAMS[defines]
 
 
-def _plan(spec: str, rows: int, width: int):
-    """``auto`` or ``C:S`` (cluster, stage keys or auto), optionally ``@DEFINES``."""
+def _plan(spec: str, rows: int, width: int, prefill: bool = False):
+    """``auto``, ``C:S`` (cluster, stage keys or auto) or ``solo[:BUF]`` (one CTA a row),
+    optionally ``@DEFINES``."""
     from dsa_ops.backends.cuda import topk
 
     spec, _, defines = spec.partition("@")
+    dev = torch.cuda.current_device()
     if spec == "auto":
-        return topk._plan(rows, width, torch.cuda.current_device()), _program(defines)
+        return topk._plan(rows, width, dev, prefill), _program(defines)
+    if spec.startswith("solo"):
+        buf = spec.partition(":")[2]
+        plan = topk.solo_plan(width, topk._smem_per_sm(dev), int(buf) if buf else None)
+        if plan is None:
+            raise SystemExit(f"solo: no plan fits width {width}")
+        return plan, _program(defines)
     c, s = spec.split(":")
     sms, smem = topk._device_facts(torch.cuda.current_device())
     plan = topk.make_plan(rows, width, sms, smem, cluster=int(c), stage_keys=None if s == "auto" else int(s))
     return plan, _program(defines)
 
 
-def _phases(launch, grid: int) -> str:
+def _solo_phases(d: torch.Tensor) -> str:
+    """topk_solo's stamps: 0 start, 2 after the sample (sampled rows), 1 after the read, 3
+    after the select, 4 after the marks, 5 after the emission (0 where it returned early)."""
+    live = d[:, 1] != 0
+    if not bool(live.any()):
+        return "trivial"
+    d = d[live]
+    med = lambda v: float(v.median()) / 1000 if v.numel() else float("nan")  # noqa: E731
+    sampled = d[:, 2] != 0
+    text = (f"rows {int(live.sum())} sampled {int(sampled.sum())} | sample {med((d[:, 2] - d[:, 0])[sampled]):.1f}"
+            f" read {med(d[:, 1] - torch.where(sampled, d[:, 2], d[:, 0])):.1f} select {med(d[:, 3] - d[:, 1]):.1f}"
+            f" mark {med(d[:, 4] - d[:, 3]):.1f}")
+    done = d[:, 5] != 0
+    text += f" emit {med((d[:, 5] - d[:, 4])[done]):.1f} total {med((d[:, 5] - d[:, 0])[done]):.1f}"
+    return text
+
+
+def _phases(launch, grid: int, solo: bool = False) -> str:
     """Median over the CTAs of each phase's clock cycles (thousands), from one launch."""
     dbg = torch.zeros(grid, 16, dtype=torch.int64, device="cuda")
     launch(dbg)
     torch.cuda.synchronize()
     d = dbg[:, :9].double()
+    if solo:
+        return _solo_phases(d)
     live = d[:, 1] != 0  # CTAs that ran the select (not the L <= k path)
     if not bool(live.any()):
         return "trivial"
@@ -71,6 +98,10 @@ def _phases(launch, grid: int) -> str:
         text += (f" | leader: pass2+choose {(t[5] - t[3]) / 1000:.1f} pass3+choose {(t[6] - t[5]) / 1000:.1f}"
                  f" counts+handout {(t[4] - t[6]) / 1000:.1f}")
     return text
+
+
+def _shape(p) -> str:
+    return f"solo buf {p.buf}" if hasattr(p, "buf") else f"{p.cluster}x{p.stage_keys}"
 
 
 def _same(got: torch.Tensor, want: torch.Tensor) -> str:
@@ -94,11 +125,12 @@ def _decode(rows: int, width: int, length: int, variants: list[str], reps: int, 
     phases = {}
     for v in variants:
         p, prog = _plan(v, rows, width)
-        name = f"cuda {v} ({p.cluster}x{p.stage_keys})"
+        name = f"cuda {v} ({_shape(p)})"
         calls[name] = (lambda p=p, prog=prog: topk.launch(x, lens, lens, lens, 0, 1, 2048, out, plan=p,
                                                           program=prog), True)
         phases[name] = (lambda dbg, p=p, prog=prog: topk.launch(x, lens, lens, lens, 0, 1, 2048, out, plan=p,
-                                                                program=prog, dbg=dbg), rows * p.cluster)
+                                                                program=prog, dbg=dbg), rows * p.cluster,
+                        isinstance(p, topk.SoloPlan))
     calls["triton"] = (lambda: dsa_ops.topk_decode(x, lens, 2048, backend="triton", out=out), False)
     if raw and rows <= 64:
         from dsa_ops.commands import bench_raw
@@ -140,10 +172,13 @@ def _prefill(chunk: int, variants: list[str], reps: int, others: list[str]) -> l
     sub = torch.arange(0, rows, 509, device="cuda")
     want = dsa_ops.topk_prefill(x[sub], s[sub], e[sub], 2048, backend="reference", stable=True)
     calls = {}
+    phases = {}
     for v in variants:
-        p, prog = _plan(v, rows, chunk)
-        calls[f"cuda {v} ({p.cluster}x{p.stage_keys})"] = (
-            lambda p=p, prog=prog: topk.launch(x, s, s, e, 2, 1, 2048, out, plan=p, program=prog), True)
+        p, prog = _plan(v, rows, chunk, prefill=True)
+        name = f"cuda {v} ({_shape(p)})"
+        calls[name] = (lambda p=p, prog=prog: topk.launch(x, s, s, e, 2, 1, 2048, out, plan=p, program=prog), True)
+        phases[name] = (lambda dbg, p=p, prog=prog: topk.launch(x, s, s, e, 2, 1, 2048, out, plan=p, program=prog,
+                                                                dbg=dbg), rows * p.cluster, isinstance(p, topk.SoloPlan))
     for o in others:
         calls[o] = (lambda o=o: dsa_ops.topk_prefill(x, s, e, 2048, backend=o, out=out), False)
     recs = []
@@ -154,9 +189,10 @@ def _prefill(chunk: int, variants: list[str], reps: int, others: list[str]) -> l
         status = _same(got, want) if exact else (
             "ok" if bool((got.sort(1).values == want.sort(1).values).all()) else "differs")
         t = time_eager(call, reps=reps, warmup=1)
+        ph = _phases(*phases[name]) if name in phases else ""
         recs.append({"family": "prefill", "rows": rows, "width": chunk, "name": name, "median_us": t.median,
-                     "check": status})
-        print(f"prefill C {chunk:>7}  {name:<28} {t.median:10.1f} us  {status}", file=sys.stderr, flush=True)
+                     "check": status, "phases_kcycles": ph})
+        print(f"prefill C {chunk:>7}  {name:<28} {t.median:10.1f} us  {status}  {ph}", file=sys.stderr, flush=True)
     del x
     return recs
 

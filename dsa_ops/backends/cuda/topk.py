@@ -21,7 +21,9 @@ from dsa_ops.backends.cuda import driver
 from dsa_ops.backends.cuda.kernel import Function, Program
 
 SOURCE = Path(__file__).with_name("topk.cu")
+SOLO_SOURCE = Path(__file__).with_name("solo.cu")  # appended to topk.cu: one program
 KERNEL = "topk_rows"  # one CTA a multiprocessor; "topk_rows_many": two (64 registers a thread)
+SOLO_KERNEL = "topk_solo"  # one CTA a row, two a multiprocessor (solo.cu)
 THREADS = 512  # NT in topk.cu
 HIST_BYTES = 3 * 2048 * 4  # two shared histograms and the reduce-scatter totals
 STATIC_BYTES = 2048  # the kernel's static shared memory (Scalars: 1808 bytes), rounded up
@@ -33,6 +35,8 @@ MIN_SLICE = 4096  # few rows: no more CTAs a row than leave each this many colum
 MANY_STAGE = 18432  # many rows: keys staged a CTA (two CTAs fit a multiprocessor)
 CAND_FEW, CAND_MANY = 4096, 1536  # the leader's candidate buffer (few rows / many rows)
 MODE_PER_ROW, MODE_PER_REQUEST, MODE_PREFILL = 0, 1, 2
+SOLO_BUF_MIN, SOLO_BUF_MAX = 8192, 32768  # solo: words of the key buffer (sampled rows keep half as many)
+SHARED_RESERVED = 1024  # shared memory the hardware keeps a CTA (sm_90)
 
 
 @dataclass(frozen=True)
@@ -47,6 +51,37 @@ class Plan:
     def shared(self) -> int:
         """Dynamic shared memory a CTA (bytes)."""
         return HIST_BYTES + 4 * self.stage_keys + 8 * self.cand_keys
+
+
+@dataclass(frozen=True)
+class SoloPlan:
+    """Launch shape of ``topk_solo`` (one CTA a row) for rows of width W: rows up to ``buf``
+    keys are kept whole in shared memory, longer ones keep the keys under a sampled bound
+    (at most ``buf // 2``, with their columns); two column bitmaps of ``words`` words."""
+
+    buf: int
+    words: int
+    cluster: int = 1
+
+    @property
+    def shared(self) -> int:
+        """Dynamic shared memory a CTA (bytes): two histograms, two bitmaps, the buffer."""
+        return 4 * (2 * 2048 + 2 * self.words + self.buf)
+
+
+def solo_plan(width: int, smem_per_sm: int, buf: Optional[int] = None) -> Optional[SoloPlan]:
+    """The solo plan for rows of ``width`` columns with two CTAs a multiprocessor, or None
+    when the bitmaps leave less than SOLO_BUF_MIN words of buffer (W above ~250K)."""
+    words = _ceil(_ceil(max(width, 1), 32), 4) * 4
+    budget = smem_per_sm // 2 - SHARED_RESERVED - STATIC_BYTES
+    room = (budget - 4 * (2 * 2048 + 2 * words)) // 4 & ~7
+    if buf is None:
+        buf = min(SOLO_BUF_MAX, room)
+        if buf < SOLO_BUF_MIN:
+            return None
+    elif not 8 <= buf <= room:
+        raise ValueError(f"buf: expected 8..{room} words for width {width}, got {buf}")
+    return SoloPlan(buf & ~7, words)
 
 
 def _ceil(a: int, b: int) -> int:
@@ -93,7 +128,11 @@ def make_plan(rows: int, width: int, sms: int, smem_max: int, cluster: Optional[
     return Plan(cluster, stage_keys, cand)
 
 
-_PROGRAM = Program("dsa_ops_topk", SOURCE.read_text() if SOURCE.exists() else "")
+def _source() -> str:
+    return "".join(p.read_text() for p in (SOURCE, SOLO_SOURCE) if p.exists())
+
+
+_PROGRAM = Program("dsa_ops_topk", _source())
 
 
 @functools.lru_cache(maxsize=None)
@@ -104,18 +143,29 @@ def _device_facts(index: int) -> tuple[int, int]:
 
 
 @functools.lru_cache(maxsize=None)
-def _plan(rows: int, width: int, index: int) -> Plan:
+def _smem_per_sm(index: int) -> int:
+    return driver.device_attribute(index, driver.DEV_ATTR_MAX_SHARED_PER_MULTIPROCESSOR)
+
+
+@functools.lru_cache(maxsize=None)
+def _plan(rows: int, width: int, index: int, prefill: bool = False):
+    """The default plan: ``solo`` for prefill chunks of more rows than multiprocessors (when
+    its bitmaps fit), else the cluster plan of :func:`make_plan`."""
     sms, smem = _device_facts(index)
+    if prefill and rows > sms:
+        solo = solo_plan(width, _smem_per_sm(index))
+        if solo is not None:
+            return solo
     return make_plan(rows, width, sms, smem)
 
 
-def function(index: int, program: Optional[Program] = None, many: bool = False) -> Function:
+def function(index: int, program: Optional[Program] = None, many: bool = False, solo: bool = False) -> Function:
     """The loaded kernel on cuda:index (compiled or read from the cubin cache at first use).
     ``program``: a variant of the source (devtools), default the shipped one; ``many``: the
-    entry point built for two CTAs a multiprocessor."""
+    entry point built for two CTAs a multiprocessor; ``solo``: ``topk_solo``."""
     _, smem = _device_facts(index)
-    return (program or _PROGRAM).function(KERNEL + ("_many" if many else ""), index, max_shared=smem - STATIC_BYTES,
-                                          non_portable_cluster=True)
+    name = SOLO_KERNEL if solo else KERNEL + ("_many" if many else "")
+    return (program or _PROGRAM).function(name, index, max_shared=smem - STATIC_BYTES, non_portable_cluster=True)
 
 
 class _Launch:
@@ -125,13 +175,16 @@ class _Launch:
     _TYPES = (ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
               ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_int,
               ctypes.c_void_p)
+    _SOLO_TYPES = _TYPES[:10] + (ctypes.c_int, ctypes.c_int, ctypes.c_void_p)  # ..., buf, words, dbg
 
-    def __init__(self, fn: Function, grid: int, plan: Plan, stream: int) -> None:
+    def __init__(self, fn: Function, grid: int, plan, stream: int) -> None:
         if not 0 <= plan.shared <= fn.max_shared:
             raise ValueError(f"plan: {plan.shared} bytes of shared memory; the kernel was loaded for {fn.max_shared}")
         self.handle = fn.handle
-        self.cfg, self._attrs = driver.launch_config((grid,), (THREADS,), plan.shared, stream, (plan.cluster,))
-        self.values = [t() for t in self._TYPES]
+        solo = isinstance(plan, SoloPlan)
+        self.cfg, self._attrs = driver.launch_config((grid,), (THREADS,), plan.shared, stream,
+                                                     None if solo else (plan.cluster,))
+        self.values = [t() for t in (self._SOLO_TYPES if solo else self._TYPES)]
         self.params = (ctypes.c_void_p * len(self.values))(
             *[ctypes.cast(ctypes.pointer(v), ctypes.c_void_p) for v in self.values])
 
@@ -153,9 +206,10 @@ def launch(logits: Tensor, lens: Tensor, starts: Tensor, ends: Tensor, mode: int
     if rows == 0:
         return
     index = logits.device.index
-    p = plan or _plan(rows, width, index)
+    p = plan or _plan(rows, width, index, mode == MODE_PREFILL)
     sms, _ = _device_facts(index)
-    fn = function(index, program, many=rows * p.cluster > sms)
+    solo = isinstance(p, SoloPlan)
+    fn = function(index, program, many=rows * p.cluster > sms, solo=solo)
     stream = torch.cuda.current_stream(index).cuda_stream
     key = (fn.handle, rows * p.cluster, p, stream, threading.get_ident())
     run = _LAUNCHES.get(key)
@@ -163,8 +217,10 @@ def launch(logits: Tensor, lens: Tensor, starts: Tensor, ends: Tensor, mode: int
         if len(_LAUNCHES) > 4096:  # many shapes or threads: start over rather than grow
             _LAUNCHES.clear()
         run = _LAUNCHES[key] = _Launch(fn, rows * p.cluster, p, stream)
-    run(logits.data_ptr(), logits.stride(0), width, lens.data_ptr(), starts.data_ptr(), ends.data_ptr(), mode,
-        next_n, k, out.data_ptr(), p.cluster, p.stage_keys, p.cand_keys, None if dbg is None else dbg.data_ptr())
+    head = (logits.data_ptr(), logits.stride(0), width, lens.data_ptr(), starts.data_ptr(), ends.data_ptr(), mode,
+            next_n, k, out.data_ptr())
+    tail = (p.buf, p.words) if solo else (p.cluster, p.stage_keys, p.cand_keys)
+    run(*head, *tail, None if dbg is None else dbg.data_ptr())
 
 
 def decode(logits: Tensor, lengths: Tensor, k: int, next_n: int, stable: bool, out: Tensor) -> None:

@@ -1,0 +1,255 @@
+// dsa_ops backend `cuda`: one CTA a row, for prefill chunks and batches of more rows than
+// multiprocessors (docs/cuda-kernel.md §4.2). Compiled as one program with topk.cu (this
+// file is appended to it and uses its helpers: order_key, visit_row, read_slice,
+// visit_stage, choose_bin_a2a, block_scan2, row_window, Scalars).
+//
+// - A row of L <= buf keys is kept whole in shared memory (direct): one read.
+// - A longer row is sampled first (SAMPLE keys spread over [0, L)); the sample sets a bound
+//   tau on the keys such that, very likely, k <= #{keys <= tau} <= buf / 2. The one read of
+//   the row keeps those keys with their columns. If fewer than k or more than buf / 2 were
+//   kept, the row falls back to digit passes over global memory (up to four more reads), so
+//   the result never depends on the data, only the time does.
+// - The select runs on the kept keys: 11 + 11 + 10 bit digits, stopping as soon as the
+//   chosen bin is taken whole.
+// - Winners are marked in two column bitmaps (keys < T; keys == T) and emitted in column
+//   order, ties lowest column first: the stable bytes in both modes.
+
+#define SAMPLE 1024
+#define TAKE_ALL 0xFFFFFFFFu
+
+// Zero the four bins [4t, 4t + 4) this thread read in choose_bin_a2a (no other thread reads them).
+__device__ __forceinline__ void clear_own(u32* h) {
+    *reinterpret_cast<uint4*>(h + 4 * threadIdx.x) = make_uint4(0u, 0u, 0u, 0u);
+}
+
+// Keep the keys of four hits a..d (columns i..i+3) at slots reserved by one shared atomic a
+// warp; every slot past cap is counted but not written. h counts the kept keys' first digits.
+__device__ __forceinline__ void keep4(u32 a, u32 b, u32 c, u32 d, uint4 q, int i, u32* bkey, u32* bcol, u32 cap,
+                                      u32* h, u32* cnt) {
+    const u32 n = a + b + c + d;
+    if (__ballot_sync(0xFFFFFFFFu, n != 0) == 0) return;
+    const u32 lane = threadIdx.x & 31;
+    u32 incl = n;
+#pragma unroll
+    for (int s = 1; s < 32; s <<= 1) {
+        u32 y = __shfl_up_sync(0xFFFFFFFFu, incl, s);
+        if (lane >= (u32)s) incl += y;
+    }
+    u32 p = 0;
+    if (lane == 31) p = atomicAdd(cnt, incl);
+    p = __shfl_sync(0xFFFFFFFFu, p, 31) + incl - n;
+    const u32 key[4] = {q.x, q.y, q.z, q.w}, hit[4] = {a, b, c, d};
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+        if (hit[u]) {
+            if (p < cap) {
+                bkey[p] = key[u];
+                bcol[p] = (u32)(i + u);
+                atomicAdd(h + (key[u] >> 21), 1u);
+            }
+            ++p;
+        }
+    }
+}
+
+// f(key) for the n kept keys (ROW false) or every key of the row [0, L) (ROW true).
+template <bool ROW, class F>
+__device__ __forceinline__ void each_key(const float* __restrict__ x, int L, const u32* bkey, int n, F&& f) {
+    if (ROW) {
+        visit_global(x, 0, L, [&](int, bool ok, u32 key) {
+            if (ok) f(key);
+        });
+    } else {
+        visit_stage(bkey, n, [&](int, u32 key) { f(key); });
+    }
+}
+
+// The k-th key T of the keys counted in h (first digits; see each_key for which keys), and
+// how many keys equal to T win (`need`, TAKE_ALL when the last bin chosen is taken whole).
+// h2 must be zero; h and h2 are left dirty.
+template <bool ROW>
+__device__ __forceinline__ void select_keys(u32* h, u32* h2, Scalars& sc, const float* __restrict__ x, int L,
+                                            const u32* bkey, int n, u32& T, u32& need) {
+    choose_bin_a2a(h, 1, 0, sc, false);
+    const u32 b1 = sc.bin;
+    if (sc.binsz == sc.kr) {
+        T = (b1 << 21) | 0x1FFFFFu;
+        need = TAKE_ALL;
+        return;
+    }
+    each_key<ROW>(x, L, bkey, n, [&](u32 key) {
+        if ((key >> 21) == b1) atomicAdd(h2 + ((key >> 10) & 0x7FFu), 1u);
+    });
+    __syncthreads();
+    choose_bin_a2a(h2, 1, 0, sc, false);
+    const u32 p2 = (b1 << 11) | sc.bin;
+    if (sc.binsz == sc.kr) {
+        T = (p2 << 10) | 0x3FFu;
+        need = TAKE_ALL;
+        return;
+    }
+    clear_own(h);
+    __syncthreads();
+    each_key<ROW>(x, L, bkey, n, [&](u32 key) {
+        if ((key >> 10) == p2) atomicAdd(h + (key & 0x3FFu), 1u);
+    });
+    __syncthreads();
+    choose_bin_a2a(h, 1, 0, sc, false);
+    T = (p2 << 10) | sc.bin;
+    need = sc.kr;
+}
+
+extern "C" __global__ void __launch_bounds__(NT, 2) topk_solo(
+    const float* __restrict__ logits, i64 pitch, int width, const int* __restrict__ lens,
+    const int* __restrict__ starts, const int* __restrict__ ends, int mode, int next_n, int k,
+    int* __restrict__ out, int buf, int words, unsigned long long* __restrict__ dbg) {
+    extern __shared__ __align__(16) u32 solo_smem[];
+    u32* smem = solo_smem;
+    __shared__ Scalars sc;
+    STAMP(0);
+    u32* h = smem;                // first-digit counts (then the third digit's)
+    u32* h2 = smem + BINS;        // the sample's digits, then the second digit's counts
+    u32* blt = smem + 2 * BINS;   // column bitmap: keys < T (`words` words, a multiple of 4)
+    u32* beq = blt + words;       // column bitmap: keys == T
+    u32* bkey = beq + words;      // `buf` words: the row's keys (direct), or kept keys then columns
+    const u32 cap = (u32)buf / 2;
+    u32* bcol = bkey + cap;
+
+    const int r = blockIdx.x;
+    int s, L;
+    row_window(mode, r, width, next_n, lens, starts, ends, s, L);
+    int* orow = out + (i64)r * k;
+    if (L <= k) {
+        for (int j = threadIdx.x; j < k; j += NT) orow[j] = j < L ? j : -1;
+        return;
+    }
+    const float* x = logits + (i64)r * pitch + s;
+    const int nw = (L + 31) >> 5;  // bitmap words of the row
+    const bool direct = L <= buf;
+    for (int b = threadIdx.x; b < 2 * BINS; b += NT) smem[b] = 0;
+    if (!direct)
+        for (int b = threadIdx.x; b < nw; b += NT) blt[b] = beq[b] = 0;
+    if (threadIdx.x == 0) {
+        sc.cnt = 0;
+        sc.kr = (u32)k;
+    }
+    __syncthreads();
+
+    if (direct) {
+        read_slice(x, 0, L, h, bkey);
+    } else {
+        // The sample: about k * SAMPLE / L of it is expected at or below the k-th key; tau is
+        // the 22-bit prefix of the sample key at that rank plus three standard deviations.
+        u32 tau = TAKE_ALL;
+        const u32 mean = (u32)(((i64)k * SAMPLE + L - 1) / L);
+        const u32 want = mean + 3u * (u32)sqrtf((float)mean) + 4u;
+        if (want < SAMPLE) {
+            u32 sk[SAMPLE / NT];
+#pragma unroll
+            for (int u = 0; u < SAMPLE / NT; ++u) {
+                const i64 j = (i64)threadIdx.x + u * NT;
+                sk[u] = order_key(__ldg(x + ((2 * j + 1) * L) / (2 * SAMPLE)));
+                atomicAdd(h2 + (sk[u] >> 21), 1u);
+            }
+            if (threadIdx.x == 0) sc.kr = want;
+            __syncthreads();
+            choose_bin_a2a(h2, 1, 0, sc, false);
+            const u32 bs = sc.bin;
+            clear_own(h2);
+            __syncthreads();
+#pragma unroll
+            for (int u = 0; u < SAMPLE / NT; ++u)
+                if ((sk[u] >> 21) == bs) atomicAdd(h2 + ((sk[u] >> 10) & 0x7FFu), 1u);
+            __syncthreads();
+            choose_bin_a2a(h2, 1, 0, sc, false);
+            tau = (bs << 21) | (sc.bin << 10) | 0x3FFu;
+            clear_own(h2);
+            if (threadIdx.x == 0) sc.kr = (u32)k;  // read after the barrier that ends the read
+        }
+        STAMP(2);
+        visit_row(x, 0, L, [&](int i, bool ok, uint4 q) {
+            keep4(ok && q.x <= tau, ok && q.y <= tau, ok && q.z <= tau, ok && q.w <= tau, q, i, bkey, bcol, cap, h,
+                  &sc.cnt);
+        }, [&](int i, bool ok, u32 key) {
+            keep4(ok && key <= tau, 0u, 0u, 0u, make_uint4(key, 0u, 0u, 0u), i, bkey, bcol, cap, h, &sc.cnt);
+        });
+    }
+    STAMP(1);
+    __syncthreads();
+
+    const u32 n = direct ? (u32)L : sc.cnt;
+    u32 T, need;
+    if (n >= (u32)k && n <= (direct ? (u32)buf : cap)) {
+        select_keys<false>(h, h2, sc, x, L, bkey, (int)n, T, need);
+        STAMP(3);
+        if (direct) {  // keys sit at their columns: a warp's ballot is one bitmap word
+            for (int i = threadIdx.x; i < nw * 32; i += NT) {
+                const bool ok = i < L;
+                const u32 key = ok ? bkey[i] : 0u;
+                const u32 ml = __ballot_sync(0xFFFFFFFFu, ok && key < T), me = __ballot_sync(0xFFFFFFFFu, ok && key == T);
+                if ((threadIdx.x & 31) == 0) {
+                    blt[i >> 5] = ml;
+                    beq[i >> 5] = me;
+                }
+            }
+        } else {
+            for (u32 j = threadIdx.x; j < n; j += NT) {
+                const u32 key = bkey[j], c = bcol[j];
+                if (key < T) atomicOr(blt + (c >> 5), 1u << (c & 31));
+                else if (key == T) atomicOr(beq + (c >> 5), 1u << (c & 31));
+            }
+        }
+    } else {
+        // The sample missed: digit passes over the row, then one more read marks the winners.
+        for (int b = threadIdx.x; b < 2 * BINS; b += NT) smem[b] = 0;
+        __syncthreads();
+        visit_global(x, 0, L, [&](int, bool ok, u32 key) {
+            if (ok) atomicAdd(h + (key >> 21), 1u);
+        });
+        __syncthreads();
+        select_keys<true>(h, h2, sc, x, L, bkey, 0, T, need);
+        STAMP(3);
+        visit_row(x, 0, L, [&](int i, bool ok, uint4 q) {
+            const u32 ml = (u32)(ok && q.x < T) | (u32)(ok && q.y < T) << 1 | (u32)(ok && q.z < T) << 2 |
+                           (u32)(ok && q.w < T) << 3;
+            const u32 me = (u32)(ok && q.x == T) | (u32)(ok && q.y == T) << 1 | (u32)(ok && q.z == T) << 2 |
+                           (u32)(ok && q.w == T) << 3;
+            if (ml) atomicOr(blt + (i >> 5), ml << (i & 31));
+            if (me) atomicOr(beq + (i >> 5), me << (i & 31));
+        }, [&](int i, bool ok, u32 key) {
+            if (ok && key < T) atomicOr(blt + (i >> 5), 1u << (i & 31));
+            else if (ok && key == T) atomicOr(beq + (i >> 5), 1u << (i & 31));
+        });
+    }
+    __syncthreads();
+    STAMP(4);
+
+    // Ordered emission: thread t owns the bitmap words [t * per, (t + 1) * per).
+    const int per = (nw + NT - 1) / NT;
+    const int w0 = min((int)threadIdx.x * per, nw), w1 = min(w0 + per, nw);
+    u32 nl = 0, ne = 0;
+    for (int w = w0; w < w1; ++w) {
+        nl += __popc(blt[w]);
+        ne += __popc(beq[w]);
+    }
+    u32 lt_b = nl, eq_b = ne;
+    block_scan2(lt_b, eq_b, sc.wsum);
+    if (nl == 0 && (ne == 0 || eq_b >= need)) return;
+    for (int w = w0; w < w1; ++w) {
+        const u32 ml = blt[w];
+        u32 all = ml | beq[w];
+        while (all) {
+            const int bit = __ffs(all) - 1;
+            all &= all - 1;
+            const int col = w * 32 + bit;
+            if ((ml >> bit) & 1u) {
+                orow[lt_b + min(eq_b, need)] = col;
+                ++lt_b;
+            } else {
+                if (eq_b < need) orow[lt_b + eq_b] = col;
+                ++eq_b;
+            }
+        }
+    }
+    STAMP(5);
+}
