@@ -163,8 +163,9 @@ _DEFAULT_DECODE = (
     Rule("aiter", "vLLM PR #61943: AITER wins DSA decode at k=2048 on gfx950 (81 -> 28 us/layer at 128K)",
          platform="rocm", arch="gfx950", k=2048, compress_ratio=1),
     Rule("vllm", "vLLM in-tree kernel on ROCm where the AITER gate does not apply", platform="rocm"),
-    Rule("cuda", "dsa-ops CUDA cluster radix select: faster than triton at every measured decode shape on the "
-         "H200 (docs/benchmarks/cuda-bench.md)", platform="cuda", arch="sm_90"),
+    Rule("cuda", "dsa-ops CUDA radix select (clusters; one CTA a row for short rows and many rows): faster than "
+         "triton at 23 of 24 calibrated decode shapes on the H200 (docs/benchmarks/h200-policy.md)",
+         platform="cuda", arch="sm_90"),
     Rule("triton", "dsa-ops Triton radix select", platform="cuda"),
     Rule("triton", "dsa-ops Triton radix select (ROCm without AITER / vLLM)", platform="rocm"),
     Rule("reference", "pure PyTorch reference"),
@@ -173,8 +174,8 @@ _DEFAULT_PREFILL = (
     Rule("aiter", "vLLM PR #61943: AITER wins prefill once max_seqlen_k >= 32768 on gfx950",
          platform="rocm", arch="gfx950", k=2048, compress_ratio=1, long=True),
     Rule("vllm", "vLLM in-tree kernel wins short prefill chunks on ROCm", platform="rocm"),
-    Rule("cuda", "dsa-ops CUDA kernel wins short prefill chunks on the H200 (C = 16K: 0.82 vs 1.09 ms for triton; "
-         "triton wins from 32K)", platform="cuda", arch="sm_90", long=False),
+    Rule("cuda", "dsa-ops CUDA kernel (topk_solo, one CTA a row) wins prefill at every chunk on the H200 "
+         "(C = 16K / 128K: 0.55 / 3.49 ms; triton 1.07 / 4.50, vLLM 0.70 / 5.04)", platform="cuda", arch="sm_90"),
     Rule("triton", "dsa-ops Triton radix select", platform="cuda"),
     Rule("triton", "dsa-ops Triton radix select (ROCm without AITER / vLLM)", platform="rocm"),
     Rule("reference", "pure PyTorch reference"),

@@ -102,7 +102,7 @@ def test_committed_h200_policy_is_reproducible_from_its_measurements():
     assert rebuilt.content_hash() == pol.content_hash()
     facts = P.Facts("cuda", "sm_90", "cuda", 2048, 1, 133120)
     assert [r.backend for r in pol.decode if r.matches(facts)][0] == "cuda"
-    for long, want in ((False, "cuda"), (True, "triton")):
+    for long, want in ((False, "cuda"), (True, "cuda")):
         assert [r.backend for r in pol.prefill if r.matches(facts, long)][0] == want
 
 

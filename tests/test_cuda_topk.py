@@ -52,7 +52,11 @@ def test_stage_fits_the_slice_with_odd_shares(columns):
 
 
 def test_plan_overrides_and_refusals():
-    assert make_plan(3, 1000, cluster=8, stage_keys=6, cand_keys=0, **H200) == Plan(8, 4, 0)
+    assert make_plan(3, 1000, cluster=8, stage_keys=6, cand_keys=0, solo_max=0, **H200) == Plan(8, 4, 0)
+    assert make_plan(3, 133120, **H200).solo_max == topk.SOLO_SHORT  # short rows: CTA 0 alone
+    assert make_plan(3, 1000, cluster=8, stage_keys=6, cand_keys=0, **H200).solo_max < 4096  # what fits
+    with pytest.raises(ValueError, match="solo_max"):
+        make_plan(3, 1000, cluster=8, stage_keys=6, solo_max=10**6, **H200)
     assert make_plan(3, 1000, stage_keys=10**9, **H200).stage_keys < 10**9  # bounded by shared memory
     for bad in (0, 3, 32):
         with pytest.raises(ValueError, match="cluster"):
@@ -152,7 +156,7 @@ def _lengths_for(width, k, rows, gen):
 @pytest.mark.parametrize("kind", ["randn", "ties", "equal", "specials"])
 @pytest.mark.parametrize("width, k", [(100, 16), (5000, 2048), (40000, 2048), (133120, 2048), (70000, 512)])
 @pytest.mark.parametrize("cluster", [1, 2, 4, 8, 16])
-@pytest.mark.parametrize("path", ["leader", "runs", "stage", "collect", "reread"])
+@pytest.mark.parametrize("path", ["leader", "runs", "stage", "collect", "reread", "short"])
 @pytest.mark.gpu
 @needs_cuda
 def test_every_path_equals_the_stable_reference(gen, kind, width, k, cluster, path):
@@ -166,9 +170,13 @@ def test_every_path_equals_the_stable_reference(gen, kind, width, k, cluster, pa
     # warp runs read the row again to emit; stage: staged, no candidate buffer, so every
     # pass runs over the cluster
     stage = {"leader": topk.stage_for(slice_keys), "stage": topk.stage_for(slice_keys),
-             "runs": max(8, slice_keys - 8), "collect": max(8, slice_keys - 8), "reread": 4}[path]
-    plan = make_plan(rows, width, 132, 232448, cluster=cluster, stage_keys=stage,
-                     cand_keys=4096 if path in ("leader", "runs") else 0)
+             "runs": max(8, slice_keys - 8), "collect": max(8, slice_keys - 8), "reread": 4, "short": 0}[path]
+    if path == "short":
+        plan = make_plan(rows, width, 132, 232448, cluster=cluster)
+        assert plan.solo_max > 0
+    else:
+        plan = make_plan(rows, width, 132, 232448, cluster=cluster, stage_keys=stage,
+                         cand_keys=4096 if path in ("leader", "runs") else 0, solo_max=0)
     got = _run_decode(x, lens, k, plan=plan)
     _assert_same(got, _ref_decode(x, lens, k), f"{kind} W={width} k={k} {plan} {path}")
 
@@ -217,7 +225,7 @@ def test_solo_sample_that_misses_falls_back():
 @needs_cuda
 def test_solo_prefill_is_the_default_for_chunks_and_replays(gen):
     rows, width = 400, 60000
-    assert isinstance(topk._plan(rows, width, torch.cuda.current_device(), True), SoloPlan)
+    assert isinstance(topk._plan(rows, width, torch.cuda.current_device()), SoloPlan)
     g = torch.Generator(device="cuda").manual_seed(3)
     x = torch.randn(rows, width, device="cuda", generator=g)
     s = torch.zeros(rows, dtype=torch.int32, device="cuda")
@@ -379,9 +387,9 @@ def test_prepared_launch_refills_its_arguments(monkeypatch):
     plan = Plan(4, 6144)
     run = topk._Launch(Function("f", 77, 0, "sm_90a", 232448), 12, plan, 0)
     for ptr, k in ((1000, 16), (2000, 2048)):
-        run(ptr, 5000, 4999, ptr + 1, ptr + 2, ptr + 3, 1, 2, k, ptr + 4, 4, 6144, 4096, None)
+        run(ptr, 5000, 4999, ptr + 1, ptr + 2, ptr + 3, 1, 2, k, ptr + 4, 4, 6144, 4096, 12288, None)
     assert [s[:4] for s in seen] == [(77, (12, 1, 1), (topk.THREADS, 1, 1), plan.shared)] * 2
-    assert seen[0][4] == [1000, 5000, 4999, 1001, 1002, 1003, 1, 2, 16, 1004, 4, 6144, 4096, None]
+    assert seen[0][4] == [1000, 5000, 4999, 1001, 1002, 1003, 1, 2, 16, 1004, 4, 6144, 4096, 12288, None]
     assert seen[1][4][0] == 2000 and seen[1][4][8] == 2048
     solo = SoloPlan(16000, 4160)
     run = topk._Launch(Function("g", 78, 0, "sm_90a", 232448), 300, solo, 0)

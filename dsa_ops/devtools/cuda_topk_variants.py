@@ -38,24 +38,30 @@ def _program(defines: str):
     return _PROGRAMS[defines]
 
 
-def _plan(spec: str, rows: int, width: int, prefill: bool = False):
-    """``auto``, ``C:S`` (cluster, stage keys or auto) or ``solo[:BUF]`` (one CTA a row),
-    optionally ``@DEFINES``."""
+def _plan(spec: str, rows: int, width: int):
+    """``auto[:M]``, ``C:S[:M]`` (cluster, stage keys or auto; M: rows up to M columns are
+    selected by CTA 0 alone) or ``solo[:BUF]`` (one CTA a row), optionally ``@DEFINES``."""
+    import dataclasses
+
     from dsa_ops.backends.cuda import topk
 
     spec, _, defines = spec.partition("@")
     dev = torch.cuda.current_device()
-    if spec == "auto":
-        return topk._plan(rows, width, dev, prefill), _program(defines)
+    if spec.startswith("auto"):
+        plan = topk._plan(rows, width, dev)
+        if ":" in spec and isinstance(plan, topk.Plan):
+            plan = dataclasses.replace(plan, solo_max=int(spec.split(":")[1]))
+        return plan, _program(defines)
     if spec.startswith("solo"):
         buf = spec.partition(":")[2]
         plan = topk.solo_plan(width, topk._smem_per_sm(dev), int(buf) if buf else None)
         if plan is None:
             raise SystemExit(f"solo: no plan fits width {width}")
         return plan, _program(defines)
-    c, s = spec.split(":")
+    c, s, *m = spec.split(":")
     sms, smem = topk._device_facts(torch.cuda.current_device())
-    plan = topk.make_plan(rows, width, sms, smem, cluster=int(c), stage_keys=None if s == "auto" else int(s))
+    plan = topk.make_plan(rows, width, sms, smem, cluster=int(c), stage_keys=None if s == "auto" else int(s),
+                          solo_max=int(m[0]) if m else None)
     return plan, _program(defines)
 
 
@@ -89,6 +95,8 @@ def _phases(launch, grid: int, solo: bool = False) -> str:
         return "trivial"
     d = d[live]
     cols = [i for i in range(9) if bool((d[:, i] != 0).all())]  # the stamps this path sets
+    if cols == [0, 1, 3, 4, 5]:  # short rows selected by CTA 0 alone (solo.cu's stamps)
+        return _solo_phases(dbg[:, :9].double())
     names = PHASES_LEADER if cols == [0, 1, 2, 3, 4, 7, 8] else PHASES
     steps = (d[:, cols[1:]] - d[:, cols[:-1]]).median(0).values / 1000
     text = " ".join(f"{n} {v:.1f}" for n, v in zip(names, steps.tolist()))
@@ -101,7 +109,7 @@ def _phases(launch, grid: int, solo: bool = False) -> str:
 
 
 def _shape(p) -> str:
-    return f"solo buf {p.buf}" if hasattr(p, "buf") else f"{p.cluster}x{p.stage_keys}"
+    return f"solo buf {p.buf}" if hasattr(p, "buf") else f"{p.cluster}x{p.stage_keys}, solo <= {p.solo_max}"
 
 
 def _same(got: torch.Tensor, want: torch.Tensor) -> str:
@@ -174,7 +182,7 @@ def _prefill(chunk: int, variants: list[str], reps: int, others: list[str]) -> l
     calls = {}
     phases = {}
     for v in variants:
-        p, prog = _plan(v, rows, chunk, prefill=True)
+        p, prog = _plan(v, rows, chunk)
         name = f"cuda {v} ({_shape(p)})"
         calls[name] = (lambda p=p, prog=prog: topk.launch(x, s, s, e, 2, 1, 2048, out, plan=p, program=prog), True)
         phases[name] = (lambda dbg, p=p, prog=prog: topk.launch(x, s, s, e, 2, 1, 2048, out, plan=p, program=prog,

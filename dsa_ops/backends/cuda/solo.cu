@@ -99,31 +99,64 @@ __device__ __forceinline__ void select_keys(u32* h, u32* h2, Scalars& sc, const 
     need = sc.kr;
 }
 
-extern "C" __global__ void __launch_bounds__(NT, 2) topk_solo(
-    const float* __restrict__ logits, i64 pitch, int width, const int* __restrict__ lens,
-    const int* __restrict__ starts, const int* __restrict__ ends, int mode, int next_n, int k,
-    int* __restrict__ out, int buf, int words, unsigned long long* __restrict__ dbg) {
-    extern __shared__ __align__(16) u32 solo_smem[];
-    u32* smem = solo_smem;
-    __shared__ Scalars sc;
-    STAMP(0);
+// The bits [8u, 8u + 8) (U = 8) or [32u, 32u + 32) (U = 32) of bitmap m.
+template <int U>
+__device__ __forceinline__ u32 unit_bits(const u32* m, int u) {
+    return U == 32 ? m[u] : (m[u >> 2] >> ((u & 3) * 8)) & 0xFFu;
+}
+
+// Ordered emission from the bitmaps of the row's nw words: thread t owns a run of bytes
+// (short rows, so that every thread has some) or of words, counts its winners, one block
+// scan places its first one, and it writes them in column order.
+template <int U>
+__device__ __forceinline__ void emit_units(const u32* blt, const u32* beq, int nu, u32 need, int* __restrict__ orow,
+                                           Scalars& sc) {
+    const int per = (nu + NT - 1) / NT;
+    const int a = min((int)threadIdx.x * per, nu), b = min(a + per, nu);
+    u32 nl = 0, ne = 0;
+    for (int u = a; u < b; ++u) {
+        nl += __popc(unit_bits<U>(blt, u));
+        ne += __popc(unit_bits<U>(beq, u));
+    }
+    u32 lt_b = nl, eq_b = ne;
+    block_scan2(lt_b, eq_b, sc.wsum);
+    if (nl == 0 && (ne == 0 || eq_b >= need)) return;
+    for (int u = a; u < b; ++u) {
+        const u32 ml = unit_bits<U>(blt, u);
+        u32 all = ml | unit_bits<U>(beq, u);
+        while (all) {
+            const int bit = __ffs(all) - 1;
+            all &= all - 1;
+            const int col = u * U + bit;
+            if ((ml >> bit) & 1u) {
+                orow[lt_b + min(eq_b, need)] = col;
+                ++lt_b;
+            } else {
+                if (eq_b < need) orow[lt_b + eq_b] = col;
+                ++eq_b;
+            }
+        }
+    }
+}
+
+__device__ __forceinline__ void emit_bitmaps(const u32* blt, const u32* beq, int nw, u32 need,
+                                             int* __restrict__ orow, Scalars& sc) {
+    if (nw < NT) emit_units<8>(blt, beq, 4 * nw, need, orow, sc);
+    else emit_units<32>(blt, beq, nw, need, orow, sc);
+}
+
+// One row [0, L) of x (k < L) by this CTA alone, into orow (docs/cuda-kernel.md §4.2). smem:
+// 2 x 2048 counts, two bitmaps of `words` words (>= L / 32, a multiple of 4), `buf` words
+// (rows of L <= buf kept whole; longer ones keep at most buf / 2 keys with their columns).
+__device__ __forceinline__ void solo_row(const float* __restrict__ x, int L, int k, int* __restrict__ orow, u32* smem,
+                                      int buf, int words, Scalars& sc, unsigned long long* __restrict__ dbg) {
     u32* h = smem;                // first-digit counts (then the third digit's)
     u32* h2 = smem + BINS;        // the sample's digits, then the second digit's counts
-    u32* blt = smem + 2 * BINS;   // column bitmap: keys < T (`words` words, a multiple of 4)
+    u32* blt = smem + 2 * BINS;   // column bitmap: keys < T
     u32* beq = blt + words;       // column bitmap: keys == T
-    u32* bkey = beq + words;      // `buf` words: the row's keys (direct), or kept keys then columns
+    u32* bkey = beq + words;      // the row's keys (direct), or kept keys then their columns
     const u32 cap = (u32)buf / 2;
     u32* bcol = bkey + cap;
-
-    const int r = blockIdx.x;
-    int s, L;
-    row_window(mode, r, width, next_n, lens, starts, ends, s, L);
-    int* orow = out + (i64)r * k;
-    if (L <= k) {
-        for (int j = threadIdx.x; j < k; j += NT) orow[j] = j < L ? j : -1;
-        return;
-    }
-    const float* x = logits + (i64)r * pitch + s;
     const int nw = (L + 31) >> 5;  // bitmap words of the row
     const bool direct = L <= buf;
     for (int b = threadIdx.x; b < 2 * BINS; b += NT) smem[b] = 0;
@@ -224,32 +257,24 @@ extern "C" __global__ void __launch_bounds__(NT, 2) topk_solo(
     __syncthreads();
     STAMP(4);
 
-    // Ordered emission: thread t owns the bitmap words [t * per, (t + 1) * per).
-    const int per = (nw + NT - 1) / NT;
-    const int w0 = min((int)threadIdx.x * per, nw), w1 = min(w0 + per, nw);
-    u32 nl = 0, ne = 0;
-    for (int w = w0; w < w1; ++w) {
-        nl += __popc(blt[w]);
-        ne += __popc(beq[w]);
-    }
-    u32 lt_b = nl, eq_b = ne;
-    block_scan2(lt_b, eq_b, sc.wsum);
-    if (nl == 0 && (ne == 0 || eq_b >= need)) return;
-    for (int w = w0; w < w1; ++w) {
-        const u32 ml = blt[w];
-        u32 all = ml | beq[w];
-        while (all) {
-            const int bit = __ffs(all) - 1;
-            all &= all - 1;
-            const int col = w * 32 + bit;
-            if ((ml >> bit) & 1u) {
-                orow[lt_b + min(eq_b, need)] = col;
-                ++lt_b;
-            } else {
-                if (eq_b < need) orow[lt_b + eq_b] = col;
-                ++eq_b;
-            }
-        }
-    }
+    emit_bitmaps(blt, beq, nw, need, orow, sc);
     STAMP(5);
+}
+
+extern "C" __global__ void __launch_bounds__(NT, 2) topk_solo(
+    const float* __restrict__ logits, i64 pitch, int width, const int* __restrict__ lens,
+    const int* __restrict__ starts, const int* __restrict__ ends, int mode, int next_n, int k,
+    int* __restrict__ out, int buf, int words, unsigned long long* __restrict__ dbg) {
+    extern __shared__ __align__(16) u32 solo_smem[];
+    __shared__ Scalars sc;
+    STAMP(0);
+    const int r = blockIdx.x;
+    int s, L;
+    row_window(mode, r, width, next_n, lens, starts, ends, s, L);
+    int* orow = out + (i64)r * k;
+    if (L <= k) {
+        for (int j = threadIdx.x; j < k; j += NT) orow[j] = j < L ? j : -1;
+        return;
+    }
+    solo_row(logits + (i64)r * pitch + s, L, k, orow, solo_smem, buf, words, sc, dbg);
 }

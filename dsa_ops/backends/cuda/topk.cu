@@ -583,18 +583,25 @@ __device__ void emit_runs(const float* __restrict__ x, int lo, int hi, int SW, c
     }
 }
 
+__device__ __forceinline__ void solo_row(const float* __restrict__ x, int L, int k, int* __restrict__ orow, u32* smem,
+                                         int buf, int words, Scalars& sc,
+                                         unsigned long long* __restrict__ dbg);  // solo.cu
+
 __device__ __forceinline__ void topk_body(
     const float* __restrict__ logits, i64 pitch, int width, const int* __restrict__ lens,
     const int* __restrict__ starts, const int* __restrict__ ends, int mode, int next_n, int k,
-    int* __restrict__ out, int C, int stage_keys, int cand_keys, unsigned long long* __restrict__ dbg);
+    int* __restrict__ out, int C, int stage_keys, int cand_keys, int solo_max,
+    unsigned long long* __restrict__ dbg);
 
 // One CTA a multiprocessor (few rows: up to 128 registers a thread) and two (many rows).
 #define TOPK_ENTRY(NAME, BLOCKS)                                                                          \
     extern "C" __global__ void __launch_bounds__(NT, BLOCKS) NAME(                                        \
         const float* __restrict__ logits, i64 pitch, int width, const int* __restrict__ lens,            \
         const int* __restrict__ starts, const int* __restrict__ ends, int mode, int next_n, int k,       \
-        int* __restrict__ out, int C, int stage_keys, int cand_keys, unsigned long long* __restrict__ dbg) { \
-        topk_body(logits, pitch, width, lens, starts, ends, mode, next_n, k, out, C, stage_keys, cand_keys, dbg); \
+        int* __restrict__ out, int C, int stage_keys, int cand_keys, int solo_max,                          \
+        unsigned long long* __restrict__ dbg) {                                                           \
+        topk_body(logits, pitch, width, lens, starts, ends, mode, next_n, k, out, C, stage_keys, cand_keys,  \
+                  solo_max, dbg);                                                                         \
     }
 TOPK_ENTRY(topk_rows, 1)
 TOPK_ENTRY(topk_rows_many, 2)
@@ -602,7 +609,8 @@ TOPK_ENTRY(topk_rows_many, 2)
 __device__ __forceinline__ void topk_body(
     const float* __restrict__ logits, i64 pitch, int width, const int* __restrict__ lens,
     const int* __restrict__ starts, const int* __restrict__ ends, int mode, int next_n, int k,
-    int* __restrict__ out, int C, int stage_keys, int cand_keys, unsigned long long* __restrict__ dbg) {
+    int* __restrict__ out, int C, int stage_keys, int cand_keys, int solo_max,
+    unsigned long long* __restrict__ dbg) {
     extern __shared__ __align__(16) u32 smem[];
     __shared__ Scalars sc;
     STAMP(0);
@@ -625,6 +633,11 @@ __device__ __forceinline__ void topk_body(
     }
 
     const float* x = logits + (i64)r * pitch + s;
+    if (L <= solo_max) {  // a short row: CTA 0 selects it alone (solo.cu), the others leave
+        if (rank == 0)
+            solo_row(x, L, k, orow, smem, (solo_max + 7) & ~7, (((solo_max + 31) >> 5) + 3) & ~3, sc, dbg);
+        return;
+    }
     const int ch = (int)(((((i64)L + C - 1) / C) + 3) & ~3LL);
     const int lo = (int)min((i64)rank * ch, (i64)L), hi = (int)min((i64)lo + ch, (i64)L);
     const int m = 4 * (((ch + 4 * NT - 1) / (4 * NT)) | 1);  // keys a thread owns in the emission

@@ -35,6 +35,8 @@ MIN_SLICE = 4096  # few rows: no more CTAs a row than leave each this many colum
 MANY_STAGE = 18432  # many rows: keys staged a CTA (two CTAs fit a multiprocessor)
 CAND_FEW, CAND_MANY = 4096, 1536  # the leader's candidate buffer (few rows / many rows)
 MODE_PER_ROW, MODE_PER_REQUEST, MODE_PREFILL = 0, 1, 2
+SOLO_SHORT = 12288  # few rows: rows up to this length are selected by the cluster's CTA 0 alone (solo.cu)
+SOLO_ROWS = 64  # more rows than this: topk_solo, one CTA a row (decode and prefill)
 SOLO_BUF_MIN, SOLO_BUF_MAX = 8192, 32768  # solo: words of the key buffer (sampled rows keep half as many)
 SHARED_RESERVED = 1024  # shared memory the hardware keeps a CTA (sm_90)
 
@@ -46,6 +48,7 @@ class Plan:
     cluster: int  # CTAs a row (one thread-block cluster)
     stage_keys: int  # keys of a row slice the CTA keeps in shared memory
     cand_keys: int = CAND_FEW  # the leader's buffer of first-digit candidates (key, column)
+    solo_max: int = 0  # rows up to this length: CTA 0 alone (solo.cu's select), the others leave
 
     @property
     def shared(self) -> int:
@@ -95,8 +98,16 @@ def stage_for(columns: int) -> int:
     return THREADS * 4 * (_ceil(max(columns, 1), 4 * THREADS) | 1)
 
 
+def solo_short_fits(plan: Plan, cap: int = SOLO_SHORT) -> int:
+    """The longest row (at most ``cap``) the plan's shared memory lets CTA 0 select alone
+    (solo.cu's layout: two histograms, two bitmaps of L / 32 words, the row kept whole)."""
+    room = plan.shared // 4 - 2 * 2048 - 8  # words; 2 x (L / 32 + 4) bitmap words + (L + 8) keys
+    return max(0, min(cap, (room - 8) * 16 // 17) & ~31)
+
+
 def make_plan(rows: int, width: int, sms: int, smem_max: int, cluster: Optional[int] = None,
-              stage_keys: Optional[int] = None, cand_keys: Optional[int] = None) -> Plan:
+              stage_keys: Optional[int] = None, cand_keys: Optional[int] = None,
+              solo_max: Optional[int] = None) -> Plan:
     """The launch shape (pure function of host ints; the keyword overrides are for
     benchmarks and tests).
 
@@ -125,7 +136,13 @@ def make_plan(rows: int, width: int, sms: int, smem_max: int, cluster: Optional[
     if stage_keys is None:
         stage_keys = min(stage_for(_ceil(width, cluster)), limit if few else min(limit, MANY_STAGE))
     stage_keys = max(4, min(int(stage_keys), limit)) & ~3
-    return Plan(cluster, stage_keys, cand)
+    plan = Plan(cluster, stage_keys, cand)
+    fits = solo_short_fits(plan, SOLO_SHORT if solo_max is None else 1 << 30)
+    if solo_max is None:
+        solo_max = fits if few else 0
+    elif not 0 <= solo_max <= fits:
+        raise ValueError(f"solo_max: expected 0..{fits} for this plan's shared memory, got {solo_max}")
+    return Plan(cluster, stage_keys, cand, int(solo_max))
 
 
 def _source() -> str:
@@ -148,11 +165,11 @@ def _smem_per_sm(index: int) -> int:
 
 
 @functools.lru_cache(maxsize=None)
-def _plan(rows: int, width: int, index: int, prefill: bool = False):
-    """The default plan: ``solo`` for prefill chunks of more rows than multiprocessors (when
-    its bitmaps fit), else the cluster plan of :func:`make_plan`."""
+def _plan(rows: int, width: int, index: int):
+    """The default plan: ``topk_solo`` for more than SOLO_ROWS rows (when its bitmaps fit the
+    width), else the cluster plan of :func:`make_plan`."""
     sms, smem = _device_facts(index)
-    if prefill and rows > sms:
+    if rows > SOLO_ROWS:
         solo = solo_plan(width, _smem_per_sm(index))
         if solo is not None:
             return solo
@@ -174,7 +191,7 @@ class _Launch:
 
     _TYPES = (ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
               ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_int,
-              ctypes.c_void_p)
+              ctypes.c_int, ctypes.c_void_p)  # ..., C, stage_keys, cand_keys, solo_max, dbg
     _SOLO_TYPES = _TYPES[:10] + (ctypes.c_int, ctypes.c_int, ctypes.c_void_p)  # ..., buf, words, dbg
 
     def __init__(self, fn: Function, grid: int, plan, stream: int) -> None:
@@ -206,7 +223,7 @@ def launch(logits: Tensor, lens: Tensor, starts: Tensor, ends: Tensor, mode: int
     if rows == 0:
         return
     index = logits.device.index
-    p = plan or _plan(rows, width, index, mode == MODE_PREFILL)
+    p = plan or _plan(rows, width, index)
     sms, _ = _device_facts(index)
     solo = isinstance(p, SoloPlan)
     fn = function(index, program, many=rows * p.cluster > sms, solo=solo)
@@ -219,7 +236,7 @@ def launch(logits: Tensor, lens: Tensor, starts: Tensor, ends: Tensor, mode: int
         run = _LAUNCHES[key] = _Launch(fn, rows * p.cluster, p, stream)
     head = (logits.data_ptr(), logits.stride(0), width, lens.data_ptr(), starts.data_ptr(), ends.data_ptr(), mode,
             next_n, k, out.data_ptr())
-    tail = (p.buf, p.words) if solo else (p.cluster, p.stage_keys, p.cand_keys)
+    tail = (p.buf, p.words) if solo else (p.cluster, p.stage_keys, p.cand_keys, p.solo_max)
     run(*head, *tail, None if dbg is None else dbg.data_ptr())
 
 
