@@ -1,4 +1,4 @@
-"""Backend ``cuda``: our native top-k kernel (``topk.cu``), NVRTC-built at first use.
+"""Backend ``cuda``: our native top-k kernels (``topk.cu`` + ``solo.cu``), NVRTC-built at first use.
 
 Exact per contract §1 in both modes (its emission is ordered, so ``stable=True`` costs
 nothing). Needs an NVIDIA GPU of compute capability 9.0 or newer (thread-block clusters),
@@ -72,5 +72,6 @@ BACKEND = Backend(
     available=_available,
     supports=_supports,
     version=_version,
-    description="native CUDA radix select (clusters + distributed shared memory, sm_90+); cost follows the live length",
+    description="native CUDA radix select (sm_90+): clusters + distributed shared memory up to 64 rows, one CTA "
+                "a row above (and for short rows); cost follows the live length",
 )

@@ -1,4 +1,5 @@
-"""Host side of the ``cuda`` backend: the launch plan and the two writers for ``topk.cu``.
+"""Host side of the ``cuda`` backend: the launch plan and the two writers for ``topk.cu``
+(the cluster kernel) and ``solo.cu`` (one CTA a row), compiled as one program.
 
 The plan depends only on host ints (R, W) and the device (multiprocessor count, shared
 memory), never on device data, so a captured graph replays correctly with new lengths.
