@@ -15,7 +15,7 @@ import torch
 
 import dsa_ops
 from dsa_ops.backends.cuda import topk
-from dsa_ops.backends.cuda.topk import Plan, SoloPlan, make_plan, solo_plan
+from dsa_ops.backends.cuda.topk import Plan, SoloPlan, SplitPlan, make_plan, solo_plan, split_plan
 from tests import oracle
 from tests.data import from_bits, logits as make_logits, sliced
 
@@ -82,6 +82,36 @@ def test_solo_plan_fits_two_ctas_a_multiprocessor(width, want):
     assert solo_plan(5000, H200_SM, buf=64) == SoloPlan(64, 160)
     with pytest.raises(ValueError, match="buf"):
         solo_plan(5000, H200_SM, buf=10**6)
+
+
+@pytest.mark.parametrize("rows, width, want", [
+    (1, 133120, SplitPlan(16, 16384, 4160, 12288)),  # one CTA a multiprocessor
+    (8, 133120, SplitPlan(8, 16384, 4160, 12288)),
+    (16, 133120, SplitPlan(4, 16384, 4160, 12288)),
+    (64, 133120, SplitPlan(2, 16384, 4160, 12288)),
+    (1, 4096, SplitPlan(1, 16384, 128, 12288)),  # no slice below MIN_SLICE columns
+    (1, 524288, SplitPlan(16, 16384, 16384, 12288)),
+    (1, 1 << 20, None),  # the leader's bitmaps leave too little buffer: the cluster plan serves
+])
+def test_split_plan_shapes(rows, width, want):
+    p = split_plan(rows, width, H200["sms"], H200_SM)
+    assert p == want
+    if p is not None:
+        assert p.words * 32 >= width and p.buf % 8 == 0 and p.solo_max <= p.buf
+        per_sm = 1 if rows * p.cluster <= H200["sms"] else 2
+        assert per_sm * (p.shared + topk.STATIC_BYTES + topk.SHARED_RESERVED) <= H200_SM
+
+
+def test_split_plan_overrides_and_refusals():
+    assert split_plan(64, 133120, 132, H200_SM, cluster=4) == SplitPlan(4, 16000, 4160, 12288)  # two an SM
+    assert split_plan(3, 5000, 132, H200_SM, cluster=2, buf=64, solo_max=0) == SplitPlan(2, 64, 160, 0)
+    for bad in (0, 3, 32):
+        with pytest.raises(ValueError, match="cluster"):
+            split_plan(3, 5000, 132, H200_SM, cluster=bad)
+    with pytest.raises(ValueError, match="buf"):
+        split_plan(3, 5000, 132, H200_SM, buf=10**6)
+    with pytest.raises(ValueError, match="solo_max"):
+        split_plan(3, 5000, 132, H200_SM, buf=64, solo_max=65)
 
 
 def test_backend_is_registered_and_explains_itself():
@@ -205,6 +235,48 @@ def test_solo_equals_the_stable_reference(gen, kind, width, k, buf):
     _assert_same(got, _ref_decode(x, lens, k), f"{kind} W={width} k={k} {plan}")
 
 
+@pytest.mark.parametrize("kind", ["randn", "ties", "equal", "specials", "rounded", "sorted"])
+@pytest.mark.parametrize("width, k", [(100, 16), (5000, 2048), (40000, 2048), (133120, 2048), (70000, 512)])
+@pytest.mark.parametrize("cluster", [2, 4, 16])
+@pytest.mark.parametrize("buf", ["auto", "small", "tiny", "short"])
+@pytest.mark.gpu
+@needs_cuda
+def test_split_equals_the_stable_reference(gen, kind, width, k, cluster, buf):
+    """topk_split: every long row over a cluster under the sampled bound (solo_max 0), the
+    leader's buffer just big enough (`small`) or too small for any row (`tiny`: every long row
+    falls back to the digit passes), and the default short-row bound (`short`). `sorted` rows
+    put every kept key in the last CTA's slice."""
+    rows = 12
+    if kind == "rounded":
+        x = torch.randn(rows, width, generator=gen).mul(100).round().div(100)
+    elif kind == "sorted":
+        x = torch.randn(rows, width, generator=gen).sort(1).values
+    else:
+        x = make_logits(gen, rows, width, kind)
+    x = x.cuda()
+    lens = _lengths_for(width, k, rows, gen).cuda()
+    size = {"auto": None, "small": 4 * k + 8, "tiny": 64, "short": None}[buf]
+    plan = split_plan(rows, width, 132, H200_SM, cluster=cluster, buf=size, solo_max=None if buf == "short" else 0)
+    got = _run_decode(x, lens, k, plan=plan)
+    _assert_same(got, _ref_decode(x, lens, k), f"{kind} W={width} k={k} {plan}")
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("cluster", [2, 16])
+def test_split_sample_that_misses_falls_back(cluster):
+    """As for topk_solo: the sampled columns hold the best or the worst keys of the row."""
+    width, k = 100000, 2048
+    x = torch.randn(4, width)
+    for r, L in enumerate((width, width, 77777, 50001)):
+        pos = (2 * torch.arange(1024) + 1) * L // 2048  # the kernel's sample positions
+        x[r, pos] = 1e3 if r % 2 == 0 else -1e3
+    x[2, :] = x[2].round()
+    x, lens = x.cuda(), torch.tensor([width, width, 77777, 50001], dtype=torch.int32).cuda()
+    plan = split_plan(4, width, 132, H200_SM, cluster=cluster, solo_max=0)
+    _assert_same(_run_decode(x, lens, k, plan=plan), _ref_decode(x, lens, k), f"sample misses {plan}")
+
+
 @pytest.mark.gpu
 @needs_cuda
 def test_solo_sample_that_misses_falls_back():
@@ -281,7 +353,9 @@ def test_per_request_lengths_and_int_min(gen, next_n):
 def test_row_pitch_and_unaligned_rows(gen, extra):
     x = sliced(make_logits(gen, 16, 20000, "specials"), extra=extra, fill=float("nan")).cuda()
     lens = _lengths_for(20000, 2048, 16, gen).cuda()
-    for plan in (None, Plan(4, 4), Plan(2, 2048), Plan(1, 24576, 64), _solo(20000), _solo(20000, 8200)):
+    splits = (split_plan(16, 20000, 132, H200_SM, cluster=4, solo_max=0),
+              split_plan(16, 20000, 132, H200_SM, cluster=2, buf=4104, solo_max=0))
+    for plan in (None, Plan(4, 4), Plan(2, 2048), Plan(1, 24576, 64), _solo(20000), _solo(20000, 8200)) + splits:
         got = _run_decode(x, lens, 2048, plan=plan)
         _assert_same(got, _ref_decode(x, lens, 2048), f"pitch {x.stride(0)} {plan}")
 
@@ -297,7 +371,9 @@ def test_never_reads_past_the_length(gen):
     for r, n in enumerate(lens.tolist()):
         x[r, n:] = from_bits([0x7FFF_FFFF])
     x, lens = x.cuda(), lens.cuda()
-    for plan in (None, Plan(1, 4), Plan(16, 4), Plan(4, 16384), Plan(4, 14336, 0), _solo(50000), _solo(50000, 64)):
+    splits = tuple(split_plan(8, 50000, 132, H200_SM, cluster=c, solo_max=0) for c in (2, 8))
+    for plan in (None, Plan(1, 4), Plan(16, 4), Plan(4, 16384), Plan(4, 14336, 0), _solo(50000), _solo(50000, 64)) \
+            + splits:
         _assert_same(_run_decode(x, lens, 2048, plan=plan), _ref_decode(x, lens, 2048), f"{plan}")
 
 

@@ -4,7 +4,8 @@ vLLM's raw ``cooperative_topk`` (when its ops load) in one process (H200 only).
 Decode: CUDA-graph replay of one call, L2 flushed before every replay, median of --reps;
 every timed output is first checked against the stable reference (the ``cuda`` kernel must
 match it byte for byte). Prefill: one 16384-row causal chunk per C, eager medians.
-Variants are ``cluster:stage_keys`` plans (``auto`` = the default plan).
+Variants are ``cluster:stage_keys`` plans, ``solo[:BUF]``, ``split[:C[:BUF[:M]]]`` (``auto`` =
+the default plan), each optionally ``@NAME=V;...`` (source defines).
 
     python -m dsa_ops.devtools.cuda_topk_variants --out variants.json \
         --decode-variants auto,1:auto,4:auto --prefill-variants auto,1:auto
@@ -40,7 +41,9 @@ def _program(defines: str):
 
 def _plan(spec: str, rows: int, width: int):
     """``auto[:M]``, ``C:S[:M]`` (cluster, stage keys or auto; M: rows up to M columns are
-    selected by CTA 0 alone) or ``solo[:BUF]`` (one CTA a row), optionally ``@DEFINES``."""
+    selected by CTA 0 alone), ``cluster`` (the cluster kernel's default plan), ``solo[:BUF]``
+    (one CTA a row) or ``split[:C[:BUF[:M]]]`` (a row over a cluster under a sampled bound),
+    optionally ``@DEFINES``."""
     import dataclasses
 
     from dsa_ops.backends.cuda import topk
@@ -51,6 +54,17 @@ def _plan(spec: str, rows: int, width: int):
         plan = topk._plan(rows, width, dev)
         if ":" in spec and isinstance(plan, topk.Plan):
             plan = dataclasses.replace(plan, solo_max=int(spec.split(":")[1]))
+        return plan, _program(defines)
+    if spec == "cluster":  # the cluster kernel's default plan (topk.cu alone)
+        sms, smem = topk._device_facts(dev)
+        return topk.make_plan(rows, width, sms, smem), _program(defines)
+    if spec.startswith("split"):  # split[:C[:BUF[:M]]]
+        sms, _ = topk._device_facts(dev)
+        c, b, m = (spec.split(":")[1:] + ["", "", ""])[:3]
+        plan = topk.split_plan(rows, width, sms, topk._smem_per_sm(dev), int(c) if c else None,
+                               int(b) if b else None, int(m) if m else None)
+        if plan is None:
+            raise SystemExit(f"split: no plan fits width {width}")
         return plan, _program(defines)
     if spec.startswith("solo"):
         buf = spec.partition(":")[2]
@@ -82,7 +96,22 @@ def _solo_phases(d: torch.Tensor) -> str:
     return text
 
 
-def _phases(launch, grid: int, solo: bool = False) -> str:
+def _split_phases(d: torch.Tensor, cluster: int) -> str:
+    """topk_split's stamps, leaders (CTA 0 of each row) only: 0 start, 2 after the sample, 6
+    after the slice's read, 7 after the exchange, 1 after counting, then finish_row's 3 / 4 / 5."""
+    lead = d[::cluster]
+    lead = lead[lead[:, 7] != 0]
+    if lead.numel() == 0:
+        return _solo_phases(d[::cluster])
+    med = lambda v: float(v.median()) / 1000  # noqa: E731
+    steps = (("sample", 0, 2), ("read", 2, 6), ("exchange", 6, 7), ("count", 7, 1), ("select", 1, 3),
+             ("mark", 3, 4), ("emit", 4, 5), ("total", 0, 5))
+    done = lead[lead[:, 5] != 0]
+    return f"leaders {lead.shape[0]} | " + " ".join(
+        f"{n} {med(done[:, b] - done[:, a]):.1f}" for n, a, b in steps if done.shape[0])
+
+
+def _phases(launch, grid: int, solo: bool = False, cluster: int = 0) -> str:
     """Median over the CTAs of each phase's clock cycles (thousands), from one launch."""
     dbg = torch.zeros(grid, 16, dtype=torch.int64, device="cuda")
     launch(dbg)
@@ -90,6 +119,8 @@ def _phases(launch, grid: int, solo: bool = False) -> str:
     d = dbg[:, :9].double()
     if solo:
         return _solo_phases(d)
+    if cluster:
+        return _split_phases(d, cluster)
     live = d[:, 1] != 0  # CTAs that ran the select (not the L <= k path)
     if not bool(live.any()):
         return "trivial"
@@ -109,6 +140,10 @@ def _phases(launch, grid: int, solo: bool = False) -> str:
 
 
 def _shape(p) -> str:
+    from dsa_ops.backends.cuda import topk
+
+    if isinstance(p, topk.SplitPlan):
+        return f"split {p.cluster} buf {p.buf}, solo <= {p.solo_max}"
     return f"solo buf {p.buf}" if hasattr(p, "buf") else f"{p.cluster}x{p.stage_keys}, solo <= {p.solo_max}"
 
 
@@ -138,7 +173,7 @@ def _decode(rows: int, width: int, length: int, variants: list[str], reps: int, 
                                                           program=prog), True)
         phases[name] = (lambda dbg, p=p, prog=prog: topk.launch(x, lens, lens, lens, 0, 1, 2048, out, plan=p,
                                                                 program=prog, dbg=dbg), rows * p.cluster,
-                        isinstance(p, topk.SoloPlan))
+                        isinstance(p, topk.SoloPlan), p.cluster if isinstance(p, topk.SplitPlan) else 0)
     calls["triton"] = (lambda: dsa_ops.topk_decode(x, lens, 2048, backend="triton", out=out), False)
     if raw and rows <= 64:
         from dsa_ops.commands import bench_raw

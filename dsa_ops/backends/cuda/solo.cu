@@ -14,7 +14,12 @@
 // - Winners are marked in two column bitmaps (keys < T; keys == T) and emitted in column
 //   order, ties lowest column first: the stable bytes in both modes.
 
-#define SAMPLE 1024
+#ifndef SAMPLE
+#define SAMPLE 1024  // sample keys (a multiple of NT)
+#endif
+#ifndef SIGMAS
+#define SIGMAS 3  // the bound's margin, in standard deviations of the sample count
+#endif
 #define TAKE_ALL 0xFFFFFFFFu
 
 // Zero the four bins [4t, 4t + 4) this thread read in choose_bin_a2a (no other thread reads them).
@@ -23,7 +28,10 @@ __device__ __forceinline__ void clear_own(u32* h) {
 }
 
 // Keep the keys of four hits a..d (columns i..i+3) at slots reserved by one shared atomic a
-// warp; every slot past cap is counted but not written. h counts the kept keys' first digits.
+// warp (CL: a cluster-scope atomic, for a counter other CTAs of the cluster add to too);
+// every slot past cap is counted but not written. h (unless null) counts the kept keys'
+// first digits.
+template <bool CL = false>
 __device__ __forceinline__ void keep4(u32 a, u32 b, u32 c, u32 d, uint4 q, int i, u32* bkey, u32* bcol, u32 cap,
                                       u32* h, u32* cnt) {
     const u32 n = a + b + c + d;
@@ -36,7 +44,7 @@ __device__ __forceinline__ void keep4(u32 a, u32 b, u32 c, u32 d, uint4 q, int i
         if (lane >= (u32)s) incl += y;
     }
     u32 p = 0;
-    if (lane == 31) p = atomicAdd(cnt, incl);
+    if (lane == 31) p = CL ? atomic_add_cluster(cnt, incl) : atomicAdd(cnt, incl);
     p = __shfl_sync(0xFFFFFFFFu, p, 31) + incl - n;
     const u32 key[4] = {q.x, q.y, q.z, q.w}, hit[4] = {a, b, c, d};
 #pragma unroll
@@ -45,7 +53,7 @@ __device__ __forceinline__ void keep4(u32 a, u32 b, u32 c, u32 d, uint4 q, int i
             if (p < cap) {
                 bkey[p] = key[u];
                 bcol[p] = (u32)(i + u);
-                atomicAdd(h + (key[u] >> 21), 1u);
+                if (h != nullptr) atomicAdd(h + (key[u] >> 21), 1u);
             }
             ++p;
         }
@@ -99,6 +107,42 @@ __device__ __forceinline__ void select_keys(u32* h, u32* h2, Scalars& sc, const 
     need = sc.kr;
 }
 
+// The bound tau of the keys a sampled row keeps (TAKE_ALL when the row is too short to
+// sample): SAMPLE keys at evenly spread columns of [0, L); about k * SAMPLE / L of them are
+// expected at or below the row's k-th key, and tau is the top of the 22-bit prefix of the
+// sample key at that rank plus SIGMAS (3) standard deviations. A pure function of the row (every
+// CTA that calls it on the same row gets the same tau). h2 must be zero and is left zero;
+// sc.kr is k again after the caller's next barrier.
+__device__ __forceinline__ u32 sample_tau(const float* __restrict__ x, int L, int k, u32* h2, Scalars& sc) {
+    u32 tau = TAKE_ALL;
+    const u32 mean = (u32)(((i64)k * SAMPLE + L - 1) / L);
+    const u32 want = mean + (u32)(SIGMAS * sqrtf((float)mean)) + 4u;
+    if (want < SAMPLE) {
+        u32 sk[SAMPLE / NT];
+#pragma unroll
+        for (int u = 0; u < SAMPLE / NT; ++u) {
+            const i64 j = (i64)threadIdx.x + u * NT;
+            sk[u] = order_key(__ldg(x + ((2 * j + 1) * L) / (2 * SAMPLE)));
+            atomicAdd(h2 + (sk[u] >> 21), 1u);
+        }
+        if (threadIdx.x == 0) sc.kr = want;
+        __syncthreads();
+        choose_bin_a2a(h2, 1, 0, sc, false);
+        const u32 bs = sc.bin;
+        clear_own(h2);
+        __syncthreads();
+#pragma unroll
+        for (int u = 0; u < SAMPLE / NT; ++u)
+            if ((sk[u] >> 21) == bs) atomicAdd(h2 + ((sk[u] >> 10) & 0x7FFu), 1u);
+        __syncthreads();
+        choose_bin_a2a(h2, 1, 0, sc, false);
+        tau = (bs << 21) | (sc.bin << 10) | 0x3FFu;
+        clear_own(h2);
+        if (threadIdx.x == 0) sc.kr = (u32)k;  // read after the caller's next barrier
+    }
+    return tau;
+}
+
 // The bits [8u, 8u + 8) (U = 8) or [32u, 32u + 32) (U = 32) of bitmap m.
 template <int U>
 __device__ __forceinline__ u32 unit_bits(const u32* m, int u) {
@@ -145,72 +189,22 @@ __device__ __forceinline__ void emit_bitmaps(const u32* blt, const u32* beq, int
     else emit_units<32>(blt, beq, nw, need, orow, sc);
 }
 
-// One row [0, L) of x (k < L) by this CTA alone, into orow (docs/cuda-kernel.md §4.2). smem:
-// 2 x 2048 counts, two bitmaps of `words` words (>= L / 32, a multiple of 4), `buf` words
-// (rows of L <= buf kept whole; longer ones keep at most buf / 2 keys with their columns).
-__device__ __forceinline__ void solo_row(const float* __restrict__ x, int L, int k, int* __restrict__ orow, u32* smem,
-                                      int buf, int words, Scalars& sc, unsigned long long* __restrict__ dbg) {
-    u32* h = smem;                // first-digit counts (then the third digit's)
-    u32* h2 = smem + BINS;        // the sample's digits, then the second digit's counts
-    u32* blt = smem + 2 * BINS;   // column bitmap: keys < T
-    u32* beq = blt + words;       // column bitmap: keys == T
-    u32* bkey = beq + words;      // the row's keys (direct), or kept keys then their columns
+// The select, marks and ordered emission of a row [0, L) of x (k < L) by this CTA alone,
+// once its n keys are in shared memory (solo_row's layout): the row itself at its columns
+// (direct), or the kept keys <= a sampled bound with their columns, whose first digits h
+// has counted (h2 zero, the bitmaps zero, sc.kr = k). When the kept keys cannot hold the
+// k-th key (n < k, or more than the buffer), the row is selected from global memory instead.
+__device__ __forceinline__ void finish_row(const float* __restrict__ x, int L, int k, int* __restrict__ orow,
+                                           u32* smem, int buf, int words, u32 n, bool direct, Scalars& sc,
+                                           unsigned long long* __restrict__ dbg) {
+    u32* h = smem;
+    u32* h2 = smem + BINS;
+    u32* blt = smem + 2 * BINS;
+    u32* beq = blt + words;
+    u32* bkey = beq + words;
     const u32 cap = (u32)buf / 2;
     u32* bcol = bkey + cap;
-    const int nw = (L + 31) >> 5;  // bitmap words of the row
-    const bool direct = L <= buf;
-    for (int b = threadIdx.x; b < 2 * BINS; b += NT) smem[b] = 0;
-    if (!direct)
-        for (int b = threadIdx.x; b < nw; b += NT) blt[b] = beq[b] = 0;
-    if (threadIdx.x == 0) {
-        sc.cnt = 0;
-        sc.kr = (u32)k;
-    }
-    __syncthreads();
-
-    if (direct) {
-        read_slice(x, 0, L, h, bkey);
-    } else {
-        // The sample: about k * SAMPLE / L of it is expected at or below the k-th key; tau is
-        // the 22-bit prefix of the sample key at that rank plus three standard deviations.
-        u32 tau = TAKE_ALL;
-        const u32 mean = (u32)(((i64)k * SAMPLE + L - 1) / L);
-        const u32 want = mean + 3u * (u32)sqrtf((float)mean) + 4u;
-        if (want < SAMPLE) {
-            u32 sk[SAMPLE / NT];
-#pragma unroll
-            for (int u = 0; u < SAMPLE / NT; ++u) {
-                const i64 j = (i64)threadIdx.x + u * NT;
-                sk[u] = order_key(__ldg(x + ((2 * j + 1) * L) / (2 * SAMPLE)));
-                atomicAdd(h2 + (sk[u] >> 21), 1u);
-            }
-            if (threadIdx.x == 0) sc.kr = want;
-            __syncthreads();
-            choose_bin_a2a(h2, 1, 0, sc, false);
-            const u32 bs = sc.bin;
-            clear_own(h2);
-            __syncthreads();
-#pragma unroll
-            for (int u = 0; u < SAMPLE / NT; ++u)
-                if ((sk[u] >> 21) == bs) atomicAdd(h2 + ((sk[u] >> 10) & 0x7FFu), 1u);
-            __syncthreads();
-            choose_bin_a2a(h2, 1, 0, sc, false);
-            tau = (bs << 21) | (sc.bin << 10) | 0x3FFu;
-            clear_own(h2);
-            if (threadIdx.x == 0) sc.kr = (u32)k;  // read after the barrier that ends the read
-        }
-        STAMP(2);
-        visit_row(x, 0, L, [&](int i, bool ok, uint4 q) {
-            keep4(ok && q.x <= tau, ok && q.y <= tau, ok && q.z <= tau, ok && q.w <= tau, q, i, bkey, bcol, cap, h,
-                  &sc.cnt);
-        }, [&](int i, bool ok, u32 key) {
-            keep4(ok && key <= tau, 0u, 0u, 0u, make_uint4(key, 0u, 0u, 0u), i, bkey, bcol, cap, h, &sc.cnt);
-        });
-    }
-    STAMP(1);
-    __syncthreads();
-
-    const u32 n = direct ? (u32)L : sc.cnt;
+    const int nw = (L + 31) >> 5;
     u32 T, need;
     if (n >= (u32)k && n <= (direct ? (u32)buf : cap)) {
         select_keys<false>(h, h2, sc, x, L, bkey, (int)n, T, need);
@@ -259,6 +253,47 @@ __device__ __forceinline__ void solo_row(const float* __restrict__ x, int L, int
 
     emit_bitmaps(blt, beq, nw, need, orow, sc);
     STAMP(5);
+}
+
+// One row [0, L) of x (k < L) by this CTA alone, into orow (docs/cuda-kernel.md §4.2). smem:
+// 2 x 2048 counts, two bitmaps of `words` words (>= L / 32, a multiple of 4), `buf` words
+// (rows of L <= buf kept whole; longer ones keep at most buf / 2 keys with their columns).
+__device__ __forceinline__ void solo_row(const float* __restrict__ x, int L, int k, int* __restrict__ orow, u32* smem,
+                                      int buf, int words, Scalars& sc, unsigned long long* __restrict__ dbg) {
+    u32* h = smem;                // first-digit counts (then the third digit's)
+    u32* h2 = smem + BINS;        // the sample's digits, then the second digit's counts
+    u32* blt = smem + 2 * BINS;   // column bitmap: keys < T
+    u32* beq = blt + words;       // column bitmap: keys == T
+    u32* bkey = beq + words;      // the row's keys (direct), or kept keys then their columns
+    const u32 cap = (u32)buf / 2;
+    u32* bcol = bkey + cap;
+    const int nw = (L + 31) >> 5;  // bitmap words of the row
+    const bool direct = L <= buf;
+    for (int b = threadIdx.x; b < 2 * BINS; b += NT) smem[b] = 0;
+    if (!direct)
+        for (int b = threadIdx.x; b < nw; b += NT) blt[b] = beq[b] = 0;
+    if (threadIdx.x == 0) {
+        sc.cnt = 0;
+        sc.kr = (u32)k;
+    }
+    __syncthreads();
+
+    if (direct) {
+        read_slice(x, 0, L, h, bkey);
+    } else {
+        const u32 tau = sample_tau(x, L, k, h2, sc);
+        STAMP(2);
+        visit_row(x, 0, L, [&](int i, bool ok, uint4 q) {
+            keep4(ok && q.x <= tau, ok && q.y <= tau, ok && q.z <= tau, ok && q.w <= tau, q, i, bkey, bcol, cap, h,
+                  &sc.cnt);
+        }, [&](int i, bool ok, u32 key) {
+            keep4(ok && key <= tau, 0u, 0u, 0u, make_uint4(key, 0u, 0u, 0u), i, bkey, bcol, cap, h, &sc.cnt);
+        });
+    }
+    STAMP(1);
+    __syncthreads();
+
+    finish_row(x, L, k, orow, smem, buf, words, direct ? (u32)L : sc.cnt, direct, sc, dbg);
 }
 
 extern "C" __global__ void __launch_bounds__(NT, 2) topk_solo(

@@ -105,6 +105,21 @@ __device__ __forceinline__ void store_remote(u32 addr, u32 v) {
     asm volatile("st.shared::cluster.u32 [%0], %1;" :: "r"(addr), "r"(v) : "memory");
 }
 
+// atomicAdd at cluster scope on this CTA's shared word p (other CTAs of the cluster add to
+// it too, through atomic_add_remote), and on CTA-shared address `addr` of another CTA.
+__device__ __forceinline__ u32 atomic_add_cluster(u32* p, u32 v) {
+    u32 old;
+    asm volatile("atom.relaxed.cluster.shared::cta.add.u32 %0, [%1], %2;"
+                 : "=r"(old) : "r"((u32)__cvta_generic_to_shared(p)), "r"(v) : "memory");
+    return old;
+}
+
+__device__ __forceinline__ u32 atomic_add_remote(u32 addr, u32 v) {
+    u32 old;
+    asm volatile("atom.relaxed.cluster.shared::cluster.add.u32 %0, [%1], %2;" : "=r"(old) : "r"(addr), "r"(v) : "memory");
+    return old;
+}
+
 // *p = v in CTA `cta`'s copy of this shared variable (a plain store when it is this CTA).
 __device__ __forceinline__ void put(u32* p, u32 cta, u32 self, u32 v) {
     if (cta == self) *p = v;

@@ -1,5 +1,6 @@
-"""Host side of the ``cuda`` backend: the launch plan and the two writers for ``topk.cu``
-(the cluster kernel) and ``solo.cu`` (one CTA a row), compiled as one program.
+"""Host side of the ``cuda`` backend: the launch plans and the two writers for ``topk.cu``
+(the cluster kernel), ``solo.cu`` (one CTA a row) and ``split.cu`` (a row over a cluster
+under a sampled bound), compiled as one program.
 
 The plan depends only on host ints (R, W) and the device (multiprocessor count, shared
 memory), never on device data, so a captured graph replays correctly with new lengths.
@@ -23,8 +24,10 @@ from dsa_ops.backends.cuda.kernel import Function, Program
 
 SOURCE = Path(__file__).with_name("topk.cu")
 SOLO_SOURCE = Path(__file__).with_name("solo.cu")  # appended to topk.cu: one program
+SPLIT_SOURCE = Path(__file__).with_name("split.cu")  # appended after solo.cu
 KERNEL = "topk_rows"  # one CTA a multiprocessor; "topk_rows_many": two (64 registers a thread)
 SOLO_KERNEL = "topk_solo"  # one CTA a row, two a multiprocessor (solo.cu)
+SPLIT_KERNEL = "topk_split"  # a row over a cluster under one sampled bound (split.cu)
 THREADS = 512  # NT in topk.cu
 HIST_BYTES = 3 * 2048 * 4  # two shared histograms and the reduce-scatter totals
 STATIC_BYTES = 2048  # the kernel's static shared memory (Scalars: 1808 bytes), rounded up
@@ -40,6 +43,8 @@ SOLO_SHORT = 12288  # few rows: rows up to this length are selected by the clust
 SOLO_ROWS = 64  # more rows than this: topk_solo, one CTA a row (decode and prefill)
 SOLO_BUF_MIN, SOLO_BUF_MAX = 8192, 32768  # solo: words of the key buffer (sampled rows keep half as many)
 SHARED_RESERVED = 1024  # shared memory the hardware keeps a CTA (sm_90)
+SPLIT_BUF_MAX = 16384  # split: words of the leader's buffer (at most half as many kept keys)
+SPLIT_ROWS = 0  # up to this many rows topk_split is the default plan (0: opt-in only, until measured on a GPU)
 
 
 @dataclass(frozen=True)
@@ -86,6 +91,52 @@ def solo_plan(width: int, smem_per_sm: int, buf: Optional[int] = None) -> Option
     elif not 8 <= buf <= room:
         raise ValueError(f"buf: expected 8..{room} words for width {width}, got {buf}")
     return SoloPlan(buf & ~7, words)
+
+
+@dataclass(frozen=True)
+class SplitPlan:
+    """Launch shape of ``topk_split``: each row over a cluster of ``cluster`` CTAs that keep
+    the keys under one sampled bound and send them to CTA 0, which selects and emits (rows up
+    to ``solo_max`` keys: CTA 0 alone, the row kept whole). solo.cu's layout in every CTA:
+    two histograms, two column bitmaps of ``words`` words, a buffer of ``buf`` words."""
+
+    cluster: int
+    buf: int
+    words: int
+    solo_max: int
+
+    @property
+    def shared(self) -> int:
+        """Dynamic shared memory a CTA (bytes)."""
+        return 4 * (2 * 2048 + 2 * self.words + self.buf)
+
+
+def split_plan(rows: int, width: int, sms: int, smem_per_sm: int, cluster: Optional[int] = None,
+               buf: Optional[int] = None, solo_max: Optional[int] = None) -> Optional[SplitPlan]:
+    """The split plan for R rows of W columns (host ints only), or None when the leader's
+    bitmaps leave less than SOLO_BUF_MIN words of buffer (W above ~700K). Cluster sizes as
+    the few-rows table (FEW_ROWS); two CTAs a multiprocessor when the grid needs them."""
+    words = _ceil(_ceil(max(width, 1), 32), 4) * 4
+    if cluster is None:
+        cluster = next(c for r, c in FEW_ROWS if rows <= r)
+        while cluster > 1 and (rows * cluster > 2 * sms or _ceil(width, cluster) < MIN_SLICE):
+            cluster //= 2
+    if not 1 <= cluster <= MAX_CLUSTER or cluster & (cluster - 1):
+        raise ValueError(f"cluster: expected a power of two in [1, {MAX_CLUSTER}], got {cluster}")
+    per_sm = 1 if rows * cluster <= sms else 2
+    budget = smem_per_sm // per_sm - SHARED_RESERVED - STATIC_BYTES
+    room = (budget - 4 * (2 * 2048 + 2 * words)) // 4 & ~7
+    if buf is None:
+        buf = min(SPLIT_BUF_MAX, room)
+        if buf < SOLO_BUF_MIN:
+            return None
+    elif not 8 <= buf <= room:
+        raise ValueError(f"buf: expected 8..{room} words for width {width}, got {buf}")
+    buf &= ~7
+    short = min(SOLO_SHORT, buf) if solo_max is None else int(solo_max)
+    if not 0 <= short <= buf:
+        raise ValueError(f"solo_max: expected 0..{buf} (the buffer), got {short}")
+    return SplitPlan(cluster, buf, words, short)
 
 
 def _ceil(a: int, b: int) -> int:
@@ -147,7 +198,7 @@ def make_plan(rows: int, width: int, sms: int, smem_max: int, cluster: Optional[
 
 
 def _source() -> str:
-    return "".join(p.read_text() for p in (SOURCE, SOLO_SOURCE) if p.exists())
+    return "".join(p.read_text() for p in (SOURCE, SOLO_SOURCE, SPLIT_SOURCE) if p.exists())
 
 
 _PROGRAM = Program("dsa_ops_topk", _source())
@@ -167,32 +218,36 @@ def _smem_per_sm(index: int) -> int:
 
 @functools.lru_cache(maxsize=None)
 def _plan(rows: int, width: int, index: int):
-    """The default plan: ``topk_solo`` for more than SOLO_ROWS rows (when its bitmaps fit the
-    width), else the cluster plan of :func:`make_plan`."""
+    """The default plan: ``topk_solo`` for more than SOLO_ROWS rows, ``topk_split`` for up
+    to SPLIT_ROWS (each when its bitmaps fit the width), else the cluster plan of
+    :func:`make_plan`."""
     sms, smem = _device_facts(index)
+    alt = None
     if rows > SOLO_ROWS:
-        solo = solo_plan(width, _smem_per_sm(index))
-        if solo is not None:
-            return solo
-    return make_plan(rows, width, sms, smem)
+        alt = solo_plan(width, _smem_per_sm(index))
+    elif rows <= SPLIT_ROWS:
+        alt = split_plan(rows, width, sms, _smem_per_sm(index))
+    return alt if alt is not None else make_plan(rows, width, sms, smem)
 
 
-def function(index: int, program: Optional[Program] = None, many: bool = False, solo: bool = False) -> Function:
+def function(index: int, program: Optional[Program] = None, many: bool = False, solo: bool = False,
+             split: bool = False) -> Function:
     """The loaded kernel on cuda:index (compiled or read from the cubin cache at first use).
     ``program``: a variant of the source (devtools), default the shipped one; ``many``: the
-    entry point built for two CTAs a multiprocessor; ``solo``: ``topk_solo``."""
+    entry point built for two CTAs a multiprocessor; ``solo``: ``topk_solo``; ``split``:
+    ``topk_split``."""
     _, smem = _device_facts(index)
-    name = SOLO_KERNEL if solo else KERNEL + ("_many" if many else "")
+    name = SOLO_KERNEL if solo else SPLIT_KERNEL if split else KERNEL + ("_many" if many else "")
     return (program or _PROGRAM).function(name, index, max_shared=smem - STATIC_BYTES, non_portable_cluster=True)
 
 
 class _Launch:
-    """One prepared launch of ``topk_rows`` for a (function, grid, plan, stream): the
+    """One prepared launch of a kernel for a (function, grid, plan, stream): the
     ``CUlaunchConfig`` and the argument array are built once; a call refills the values."""
 
     _TYPES = (ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
               ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_int,
-              ctypes.c_int, ctypes.c_void_p)  # ..., C, stage_keys, cand_keys, solo_max, dbg
+              ctypes.c_int, ctypes.c_void_p)  # ..., C, stage_keys, cand_keys, solo_max, dbg (split: C, buf, words, ...)
     _SOLO_TYPES = _TYPES[:10] + (ctypes.c_int, ctypes.c_int, ctypes.c_void_p)  # ..., buf, words, dbg
 
     def __init__(self, fn: Function, grid: int, plan, stream: int) -> None:
@@ -227,7 +282,8 @@ def launch(logits: Tensor, lens: Tensor, starts: Tensor, ends: Tensor, mode: int
     p = plan or _plan(rows, width, index)
     sms, _ = _device_facts(index)
     solo = isinstance(p, SoloPlan)
-    fn = function(index, program, many=rows * p.cluster > sms, solo=solo)
+    split = isinstance(p, SplitPlan)
+    fn = function(index, program, many=rows * p.cluster > sms, solo=solo, split=split)
     stream = torch.cuda.current_stream(index).cuda_stream
     key = (fn.handle, rows * p.cluster, p, stream, threading.get_ident())
     run = _LAUNCHES.get(key)
@@ -237,7 +293,8 @@ def launch(logits: Tensor, lens: Tensor, starts: Tensor, ends: Tensor, mode: int
         run = _LAUNCHES[key] = _Launch(fn, rows * p.cluster, p, stream)
     head = (logits.data_ptr(), logits.stride(0), width, lens.data_ptr(), starts.data_ptr(), ends.data_ptr(), mode,
             next_n, k, out.data_ptr())
-    tail = (p.buf, p.words) if solo else (p.cluster, p.stage_keys, p.cand_keys, p.solo_max)
+    tail = (p.buf, p.words) if solo else (p.cluster, p.buf, p.words, p.solo_max) if split else (
+        p.cluster, p.stage_keys, p.cand_keys, p.solo_max)
     run(*head, *tail, None if dbg is None else dbg.data_ptr())
 
 

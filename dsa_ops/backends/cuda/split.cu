@@ -1,0 +1,119 @@
+// dsa_ops backend `cuda`: one row split over a thread-block cluster under one sampled bound
+// (docs/cuda-kernel.md §4.3), for decode batches of up to 64 rows. Compiled as one program
+// with topk.cu and solo.cu (appended after them; uses sample_tau, keep4, finish_row,
+// solo_row, row_window, the cluster helpers).
+//
+// - Every CTA of the row's cluster computes the same bound tau from the same sample of the
+//   row (sample_tau is a pure function of the row), then reads its slice of the row once and
+//   keeps its keys <= tau with their columns in its own shared memory.
+// - Each CTA reserves room in the leader's (CTA 0's) buffer with one cluster-scope atomic on
+//   the leader's count and copies its kept keys there (the leader keeps its own slice's keys
+//   straight into that buffer, through the same count).
+// - After one cluster barrier the leader holds every key <= tau of the row, and finishes alone
+//   (finish_row: select over the kept keys, column bitmaps, ordered emission); the others
+//   leave. Too few or too many kept keys send the leader to the digit passes over global
+//   memory (finish_row's fallback): the result never depends on the sample.
+// - Rows of L <= solo_max are selected by CTA 0 alone from the start (solo_row, kept whole).
+
+// Ask L2 for the 128-byte lines that this thread's first batch of visit_row(x, lo, hi) loads
+// will read, so that they arrive while the sample is being read and chosen.
+#ifndef PREFETCH
+#define PREFETCH 1
+#endif
+__device__ __forceinline__ void prefetch_first(const float* __restrict__ x, int lo, int hi) {
+    if (!PREFETCH) return;
+    if ((reinterpret_cast<unsigned long long>(x + lo) & 15) != 0) return;
+    const int nf = (hi - lo) >> 2;
+#pragma unroll
+    for (int u = 0; u < U4; ++u) {
+        const int j = u * NT + (int)threadIdx.x;
+        if (j < nf && (j & 7) == 0) asm volatile("prefetch.global.L2 [%0];" ::"l"(x + lo + 4 * j));
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(NT, 2) topk_split(
+    const float* __restrict__ logits, i64 pitch, int width, const int* __restrict__ lens,
+    const int* __restrict__ starts, const int* __restrict__ ends, int mode, int next_n, int k,
+    int* __restrict__ out, int C, int buf, int words, int solo_max, unsigned long long* __restrict__ dbg) {
+    extern __shared__ __align__(16) u32 split_smem[];
+    __shared__ Scalars sc;
+    STAMP(0);
+    const u32 rank = C > 1 ? cluster_rank() : 0u;
+    const int r = blockIdx.x / C;
+    int s, L;
+    row_window(mode, r, width, next_n, lens, starts, ends, s, L);
+    int* orow = out + (i64)r * k;
+    if (L <= k) {  // every column wins: the cluster's CTAs split the writes (no barrier)
+        const int per = (k + C - 1) / C;
+        const int j0 = (int)rank * per, j1 = min(j0 + per, k);
+        for (int j = j0 + (int)threadIdx.x; j < j1; j += NT) orow[j] = j < L ? j : -1;
+        return;
+    }
+    const float* x = logits + (i64)r * pitch + s;
+    if (C == 1 || L <= solo_max) {  // CTA 0 alone (the same answer in every CTA of the row)
+        if (rank == 0) solo_row(x, L, k, orow, split_smem, buf, words, sc, dbg);
+        return;
+    }
+
+    u32* h = split_smem;  // solo_row's layout (finish_row reads it)
+    u32* h2 = h + BINS;
+    u32* blt = h + 2 * BINS;
+    u32* beq = blt + words;
+    u32* bkey = beq + words;
+    const u32 cap = (u32)buf / 2;
+    u32* bcol = bkey + cap;
+    const int ch = (int)(((((i64)L + C - 1) / C) + 3) & ~3LL);  // a multiple of 4: aligned slices
+    const int lo = (int)min((i64)rank * ch, (i64)L), hi = (int)min((i64)lo + ch, (i64)L);
+    prefetch_first(x, lo, hi);
+    for (int b = threadIdx.x; b < 2 * BINS; b += NT) h[b] = 0;
+    if (rank == 0)
+        for (int b = threadIdx.x; b < (L + 31) >> 5; b += NT) blt[b] = beq[b] = 0;
+    if (threadIdx.x == 0) {
+        sc.cnt = 0;
+        sc.kr = (u32)k;
+    }
+    cluster_arrive();  // the leader's count is zero before any CTA adds to it (waited on below)
+
+    const u32 tau = sample_tau(x, L, k, h2, sc);
+    STAMP(2);
+    if (rank == 0) {  // the leader keeps straight into its buffer, through the shared count
+        visit_row(x, lo, hi, [&](int i, bool ok, uint4 q) {
+            keep4<true>(ok && q.x <= tau, ok && q.y <= tau, ok && q.z <= tau, ok && q.w <= tau, q, i, bkey, bcol,
+                        cap, nullptr, &sc.cnt);
+        }, [&](int i, bool ok, u32 key) {
+            keep4<true>(ok && key <= tau, 0u, 0u, 0u, make_uint4(key, 0u, 0u, 0u), i, bkey, bcol, cap, nullptr,
+                        &sc.cnt);
+        });
+        STAMP(6);
+        cluster_wait();
+        cluster_arrive();
+        cluster_wait();  // every CTA's keys are in the buffer, and the count is final
+    } else {
+        visit_row(x, lo, hi, [&](int i, bool ok, uint4 q) {
+            keep4(ok && q.x <= tau, ok && q.y <= tau, ok && q.z <= tau, ok && q.w <= tau, q, i, bkey, bcol, cap,
+                  nullptr, &sc.cnt);
+        }, [&](int i, bool ok, u32 key) {
+            keep4(ok && key <= tau, 0u, 0u, 0u, make_uint4(key, 0u, 0u, 0u), i, bkey, bcol, cap, nullptr, &sc.cnt);
+        });
+        STAMP(6);
+        __syncthreads();  // this CTA's count is final
+        cluster_wait();   // the leader has started (its count is zero)
+        if (threadIdx.x == 0) sc.off = atomic_add_remote(remote_addr(&sc.cnt, 0), sc.cnt);
+        __syncthreads();
+        const u32 n = min(sc.cnt, cap), base = sc.off;
+        for (u32 j = threadIdx.x; j < n && base + j < cap; j += NT) {
+            store_remote(remote_addr(bkey + base + j, 0), bkey[j]);
+            store_remote(remote_addr(bcol + base + j, 0), bcol[j]);
+        }
+        cluster_arrive();  // releases the copies to the leader
+        cluster_wait();
+        return;
+    }
+    STAMP(7);
+    const u32 n = sc.cnt;
+    if (n >= (u32)k && n <= cap)
+        for (u32 j = threadIdx.x; j < n; j += NT) atomicAdd(h + (bkey[j] >> 21), 1u);
+    __syncthreads();
+    STAMP(1);
+    finish_row(x, L, k, orow, split_smem, buf, words, n, false, sc, dbg);
+}
