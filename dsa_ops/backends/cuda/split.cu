@@ -72,6 +72,7 @@ extern "C" __global__ void __launch_bounds__(NT, 2) topk_split(
         sc.cnt = 0;
         sc.kr = (u32)k;
     }
+    __syncthreads();   // the counts and sc are set before this CTA's atomics (sample_tau's, keep4's)
     cluster_arrive();  // the leader's count is zero before any CTA adds to it (waited on below)
 
     const u32 tau = sample_tau(x, L, k, h2, sc);
