@@ -44,7 +44,7 @@ SOLO_ROWS = 64  # more rows than this: topk_solo, one CTA a row (decode and pref
 SOLO_BUF_MIN, SOLO_BUF_MAX = 8192, 32768  # solo: words of the key buffer (sampled rows keep half as many)
 SHARED_RESERVED = 1024  # shared memory the hardware keeps a CTA (sm_90)
 SPLIT_BUF_MAX = 16384  # split: words of the leader's buffer (at most half as many kept keys)
-SPLIT_ROWS = 0  # up to this many rows topk_split is the default plan (0: opt-in only, until measured on a GPU)
+SPLIT_ROWS = 64  # up to this many rows topk_split is the default plan (docs/cuda-kernel.md §4.3)
 
 
 @dataclass(frozen=True)
