@@ -20,6 +20,9 @@
 #ifndef SIGMAS
 #define SIGMAS 3  // the bound's margin, in standard deviations of the sample count
 #endif
+#ifndef EMITV
+#define EMITV 0  // the emission's counting loop by 16-byte loads (devtool variant until measured)
+#endif
 #define TAKE_ALL 0xFFFFFFFFu
 
 // Zero the four bins [4t, 4t + 4) this thread read in choose_bin_a2a (no other thread reads them).
@@ -158,7 +161,15 @@ __device__ __forceinline__ void emit_units(const u32* blt, const u32* beq, int n
     const int per = (nu + NT - 1) / NT;
     const int a = min((int)threadIdx.x * per, nu), b = min(a + per, nu);
     u32 nl = 0, ne = 0;
-    for (int u = a; u < b; ++u) {
+    int u0 = a;
+    if (EMITV && U == 32 && (a & 3) == 0) {  // 16-byte loads: 2-way bank conflicts, not 8-way, at 8 words a thread
+        for (; u0 + 4 <= b; u0 += 4) {
+            const uint4 l = *reinterpret_cast<const uint4*>(blt + u0), e = *reinterpret_cast<const uint4*>(beq + u0);
+            nl += __popc(l.x) + __popc(l.y) + __popc(l.z) + __popc(l.w);
+            ne += __popc(e.x) + __popc(e.y) + __popc(e.z) + __popc(e.w);
+        }
+    }
+    for (int u = u0; u < b; ++u) {
         nl += __popc(unit_bits<U>(blt, u));
         ne += __popc(unit_bits<U>(beq, u));
     }
