@@ -21,7 +21,7 @@
 #define SIGMAS 3  // the bound's margin, in standard deviations of the sample count
 #endif
 #ifndef EMITV
-#define EMITV 0  // the emission's counting loop by 16-byte loads (devtool variant until measured)
+#define EMITV 1  // the emission's counting loop by 16-byte loads (0: one word a load; docs/benchmarks/cuda-variants.md run 14)
 #endif
 #define TAKE_ALL 0xFFFFFFFFu
 
