@@ -62,6 +62,28 @@ class Plan:
         return HIST_BYTES + 4 * self.stage_keys + 8 * self.cand_keys
 
 
+def _solo_bytes(words: int, buf: int) -> int:
+    """Dynamic shared memory of solo.cu's layout (bytes): two 2048-bin histograms, two
+    column bitmaps of ``words`` words, a buffer of ``buf`` words."""
+    return 4 * (2 * 2048 + 2 * words + buf)
+
+
+def _solo_layout(width: int, smem: int, buf: Optional[int], buf_max: int) -> Optional[tuple[int, int]]:
+    """(buf, words) of solo.cu's layout for rows of ``width`` columns in ``smem`` bytes a CTA
+    (shared memory of a multiprocessor over the CTAs it holds): ``buf`` given is checked
+    against the room left by the bitmaps; None given takes min(buf_max, room), or None when
+    that is under SOLO_BUF_MIN words."""
+    words = _ceil(_ceil(max(width, 1), 32), 4) * 4
+    room = (smem - SHARED_RESERVED - STATIC_BYTES - _solo_bytes(words, 0)) // 4 & ~7
+    if buf is None:
+        buf = min(buf_max, room)
+        if buf < SOLO_BUF_MIN:
+            return None
+    elif not 8 <= buf <= room:
+        raise ValueError(f"buf: expected 8..{room} words for width {width}, got {buf}")
+    return buf & ~7, words
+
+
 @dataclass(frozen=True)
 class SoloPlan:
     """Launch shape of ``topk_solo`` (one CTA a row) for rows of width W: rows up to ``buf``
@@ -75,22 +97,14 @@ class SoloPlan:
     @property
     def shared(self) -> int:
         """Dynamic shared memory a CTA (bytes): two histograms, two bitmaps, the buffer."""
-        return 4 * (2 * 2048 + 2 * self.words + self.buf)
+        return _solo_bytes(self.words, self.buf)
 
 
 def solo_plan(width: int, smem_per_sm: int, buf: Optional[int] = None) -> Optional[SoloPlan]:
     """The solo plan for rows of ``width`` columns with two CTAs a multiprocessor, or None
     when the bitmaps leave less than SOLO_BUF_MIN words of buffer (W above ~250K)."""
-    words = _ceil(_ceil(max(width, 1), 32), 4) * 4
-    budget = smem_per_sm // 2 - SHARED_RESERVED - STATIC_BYTES
-    room = (budget - 4 * (2 * 2048 + 2 * words)) // 4 & ~7
-    if buf is None:
-        buf = min(SOLO_BUF_MAX, room)
-        if buf < SOLO_BUF_MIN:
-            return None
-    elif not 8 <= buf <= room:
-        raise ValueError(f"buf: expected 8..{room} words for width {width}, got {buf}")
-    return SoloPlan(buf & ~7, words)
+    layout = _solo_layout(width, smem_per_sm // 2, buf, SOLO_BUF_MAX)
+    return None if layout is None else SoloPlan(*layout)
 
 
 @dataclass(frozen=True)
@@ -108,7 +122,7 @@ class SplitPlan:
     @property
     def shared(self) -> int:
         """Dynamic shared memory a CTA (bytes)."""
-        return 4 * (2 * 2048 + 2 * self.words + self.buf)
+        return _solo_bytes(self.words, self.buf)
 
 
 def split_plan(rows: int, width: int, sms: int, smem_per_sm: int, cluster: Optional[int] = None,
@@ -116,7 +130,6 @@ def split_plan(rows: int, width: int, sms: int, smem_per_sm: int, cluster: Optio
     """The split plan for R rows of W columns (host ints only), or None when the leader's
     bitmaps leave less than SOLO_BUF_MIN words of buffer (W above ~700K). Cluster sizes as
     the few-rows table (FEW_ROWS); two CTAs a multiprocessor when the grid needs them."""
-    words = _ceil(_ceil(max(width, 1), 32), 4) * 4
     if cluster is None:
         cluster = next(c for r, c in FEW_ROWS if rows <= r)
         while cluster > 1 and (rows * cluster > 2 * sms or _ceil(width, cluster) < MIN_SLICE):
@@ -124,15 +137,10 @@ def split_plan(rows: int, width: int, sms: int, smem_per_sm: int, cluster: Optio
     if not 1 <= cluster <= MAX_CLUSTER or cluster & (cluster - 1):
         raise ValueError(f"cluster: expected a power of two in [1, {MAX_CLUSTER}], got {cluster}")
     per_sm = 1 if rows * cluster <= sms else 2
-    budget = smem_per_sm // per_sm - SHARED_RESERVED - STATIC_BYTES
-    room = (budget - 4 * (2 * 2048 + 2 * words)) // 4 & ~7
-    if buf is None:
-        buf = min(SPLIT_BUF_MAX, room)
-        if buf < SOLO_BUF_MIN:
-            return None
-    elif not 8 <= buf <= room:
-        raise ValueError(f"buf: expected 8..{room} words for width {width}, got {buf}")
-    buf &= ~7
+    layout = _solo_layout(width, smem_per_sm // per_sm, buf, SPLIT_BUF_MAX)
+    if layout is None:
+        return None
+    buf, words = layout
     short = min(SOLO_SHORT, buf) if solo_max is None else int(solo_max)
     if not 0 <= short <= buf:
         raise ValueError(f"solo_max: expected 0..{buf} (the buffer), got {short}")
