@@ -102,6 +102,25 @@ def test_split_plan_shapes(rows, width, want):
         assert per_sm * (p.shared + topk.STATIC_BYTES + topk.SHARED_RESERVED) <= H200_SM
 
 
+@pytest.mark.parametrize("rows, width, kind", [
+    (1, 133120, SplitPlan), (64, 133120, SplitPlan),  # up to SPLIT_ROWS rows: topk_split
+    (1, 1 << 20, Plan),  # the split's bitmaps do not fit: the cluster plan
+    (65, 133120, SoloPlan),  # more than SOLO_ROWS rows: one CTA a row
+    (4096, 1 << 20, Plan),  # solo's bitmaps do not fit either
+])
+def test_default_plan_choice(monkeypatch, rows, width, kind):
+    monkeypatch.setattr(topk, "_device_facts", lambda index: (H200["sms"], H200["smem_max"]))
+    monkeypatch.setattr(topk, "_smem_per_sm", lambda index: H200_SM)
+    topk._plan.cache_clear()
+    try:
+        p = topk._plan(rows, width, 0)
+    finally:
+        topk._plan.cache_clear()
+    assert type(p) is kind
+    if kind is SplitPlan:
+        assert p == split_plan(rows, width, H200["sms"], H200_SM)
+
+
 def test_split_plan_overrides_and_refusals():
     assert split_plan(64, 133120, 132, H200_SM, cluster=4) == SplitPlan(4, 16000, 4160, 12288)  # two an SM
     assert split_plan(3, 5000, 132, H200_SM, cluster=2, buf=64, solo_max=0) == SplitPlan(2, 64, 160, 0)
