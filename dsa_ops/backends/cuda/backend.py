@@ -1,7 +1,8 @@
-"""Backend ``cuda``: our native top-k kernels (``topk.cu`` + ``solo.cu``), NVRTC-built at first use.
+"""Backend ``cuda``: our native top-k kernels (``topk.cu``, ``solo.cu``, ``split.cu``), NVRTC-built at first use.
 
-Exact per contract §1 in both modes (its emission is ordered, so ``stable=True`` costs
-nothing). Needs an NVIDIA GPU of compute capability 9.0 or newer (thread-block clusters),
+Exact per contract §1 in both modes (``stable=True``: the ordered emission, ascending columns
+with the lowest-column ties; ``stable=False``: the solo and split kernels write their winners
+in any order, which saves the leader's bitmap marks and ordered scan). Needs an NVIDIA GPU of compute capability 9.0 or newer (thread-block clusters),
 the CUDA driver and NVRTC (torch's CUDA wheels ship it). Importing this module loads no
 library; the probe does, once.
 """

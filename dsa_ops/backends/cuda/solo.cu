@@ -11,8 +11,10 @@
 //   the result never depends on the data, only the time does.
 // - The select runs on the kept keys: 11 + 11 + 10 bit digits, stopping as soon as the
 //   chosen bin is taken whole.
-// - Winners are marked in two column bitmaps (keys < T; keys == T) and emitted in column
-//   order, ties lowest column first: the stable bytes in both modes.
+// - stable (ordered): winners are marked in two column bitmaps (keys < T; keys == T) and
+//   emitted in column order, ties lowest column first: the stable bytes.
+// - not stable: each winner takes a slot from a shared count as the kept keys are read once
+//   more (emit_any); no bitmaps, no ordered scan. The sample-missed fallback stays ordered.
 
 #ifndef SAMPLE
 #define SAMPLE 1024  // sample keys (a multiple of NT)
@@ -33,7 +35,7 @@ __device__ __forceinline__ void clear_own(u32* h) {
 // Keep the keys of four hits a..d (columns i..i+3) at slots reserved by one shared atomic a
 // warp (CL: a cluster-scope atomic, for a counter other CTAs of the cluster add to too);
 // every slot past cap is counted but not written. h (unless null) counts the kept keys'
-// first digits.
+// first digits (CL: by cluster-scope adds, as other CTAs add to it too).
 template <bool CL = false>
 __device__ __forceinline__ void keep4(u32 a, u32 b, u32 c, u32 d, uint4 q, int i, u32* bkey, u32* bcol, u32 cap,
                                       u32* h, u32* cnt) {
@@ -56,7 +58,10 @@ __device__ __forceinline__ void keep4(u32 a, u32 b, u32 c, u32 d, uint4 q, int i
             if (p < cap) {
                 bkey[p] = key[u];
                 bcol[p] = (u32)(i + u);
-                if (h != nullptr) atomicAdd(h + (key[u] >> 21), 1u);
+                if (h != nullptr) {
+                    if (CL) red_add_cluster(h + (key[u] >> 21), 1u);
+                    else atomicAdd(h + (key[u] >> 21), 1u);
+                }
             }
             ++p;
         }
@@ -200,14 +205,46 @@ __device__ __forceinline__ void emit_bitmaps(const u32* blt, const u32* beq, int
     else emit_units<32>(blt, beq, nw, need, orow, sc);
 }
 
+// Unordered emission (stable=False) of the n kept keys (direct: key j sits at column j; else
+// its column is bcol[j]): keys < T take slots [0, k - need) and the first `need` keys == T to
+// reserve a slot take [k - need, k), in any order (need = TAKE_ALL: every key <= T wins, k of
+// them). One ballot and one shared atomic a warp step; sc.slot must be zero.
+__device__ __forceinline__ void emit_any(const u32* bkey, const u32* bcol, u32 n, bool direct, u32 T, u32 need, int k,
+                                         int* __restrict__ orow, Scalars& sc) {
+    const u32 lane = threadIdx.x & 31, below = lanemask_lt();
+    const bool all = need == TAKE_ALL;
+    const u32 nlt = all ? (u32)k : (u32)k - need;
+    for (u32 b = 0; b < n; b += NT) {
+        const u32 j = b + threadIdx.x;
+        const bool ok = j < n;
+        const u32 key = ok ? bkey[j] : TAKE_ALL;
+        const bool lt = ok && (key < T || (all && key == T)), eq = ok && !all && key == T;
+        const u32 ml = __ballot_sync(0xFFFFFFFFu, lt), me = __ballot_sync(0xFFFFFFFFu, eq);
+        u32 pl = 0, pe = 0;
+        if (lane == 0) {
+            if (ml) pl = atomicAdd(&sc.slot[0], (u32)__popc(ml));
+            if (me) pe = atomicAdd(&sc.slot[1], (u32)__popc(me));
+        }
+        pl = __shfl_sync(0xFFFFFFFFu, pl, 0);
+        pe = __shfl_sync(0xFFFFFFFFu, pe, 0);
+        if (lt) {
+            orow[pl + __popc(ml & below)] = direct ? (int)j : (int)bcol[j];
+        } else if (eq) {
+            const u32 t = pe + __popc(me & below);
+            if (t < need) orow[nlt + t] = direct ? (int)j : (int)bcol[j];
+        }
+    }
+}
+
 // The select, marks and ordered emission of a row [0, L) of x (k < L) by this CTA alone,
 // once its n keys are in shared memory (solo_row's layout): the row itself at its columns
 // (direct), or the kept keys <= a sampled bound with their columns, whose first digits h
 // has counted (h2 zero, the bitmaps zero, sc.kr = k). When the kept keys cannot hold the
 // k-th key (n < k, or more than the buffer), the row is selected from global memory instead.
+// ordered = false (stable=False) emits the kept keys' winners in any order (emit_any).
 __device__ __forceinline__ void finish_row(const float* __restrict__ x, int L, int k, int* __restrict__ orow,
-                                           u32* smem, int buf, int words, u32 n, bool direct, Scalars& sc,
-                                           unsigned long long* __restrict__ dbg) {
+                                           u32* smem, int buf, int words, u32 n, bool direct, bool ordered,
+                                           Scalars& sc, unsigned long long* __restrict__ dbg) {
     u32* h = smem;
     u32* h2 = smem + BINS;
     u32* blt = smem + 2 * BINS;
@@ -217,9 +254,16 @@ __device__ __forceinline__ void finish_row(const float* __restrict__ x, int L, i
     u32* bcol = bkey + cap;
     const int nw = (L + 31) >> 5;
     u32 T, need;
+    if (threadIdx.x == 0) sc.slot[0] = sc.slot[1] = 0u;  // read after select_keys' barriers
     if (n >= (u32)k && n <= (direct ? (u32)buf : cap)) {
         select_keys<false>(h, h2, sc, x, L, bkey, (int)n, T, need);
         STAMP(3);
+        if (!ordered) {
+            STAMP(4);
+            emit_any(bkey, bcol, n, direct, T, need, k, orow, sc);
+            STAMP(5);
+            return;
+        }
         if (direct) {  // keys sit at their columns: a warp's ballot is one bitmap word
             for (int i = threadIdx.x; i < nw * 32; i += NT) {
                 const bool ok = i < L;
@@ -270,7 +314,8 @@ __device__ __forceinline__ void finish_row(const float* __restrict__ x, int L, i
 // 2 x 2048 counts, two bitmaps of `words` words (>= L / 32, a multiple of 4), `buf` words
 // (rows of L <= buf kept whole; longer ones keep at most buf / 2 keys with their columns).
 __device__ __forceinline__ void solo_row(const float* __restrict__ x, int L, int k, int* __restrict__ orow, u32* smem,
-                                      int buf, int words, Scalars& sc, unsigned long long* __restrict__ dbg) {
+                                      int buf, int words, bool ordered, Scalars& sc,
+                                      unsigned long long* __restrict__ dbg) {
     u32* h = smem;                // first-digit counts (then the third digit's)
     u32* h2 = smem + BINS;        // the sample's digits, then the second digit's counts
     u32* blt = smem + 2 * BINS;   // column bitmap: keys < T
@@ -304,13 +349,13 @@ __device__ __forceinline__ void solo_row(const float* __restrict__ x, int L, int
     STAMP(1);
     __syncthreads();
 
-    finish_row(x, L, k, orow, smem, buf, words, direct ? (u32)L : sc.cnt, direct, sc, dbg);
+    finish_row(x, L, k, orow, smem, buf, words, direct ? (u32)L : sc.cnt, direct, ordered, sc, dbg);
 }
 
 extern "C" __global__ void __launch_bounds__(NT, 2) topk_solo(
     const float* __restrict__ logits, i64 pitch, int width, const int* __restrict__ lens,
     const int* __restrict__ starts, const int* __restrict__ ends, int mode, int next_n, int k,
-    int* __restrict__ out, int buf, int words, unsigned long long* __restrict__ dbg) {
+    int* __restrict__ out, int buf, int words, int ordered, unsigned long long* __restrict__ dbg) {
     extern __shared__ __align__(16) u32 solo_smem[];
     __shared__ Scalars sc;
     STAMP(0);
@@ -322,5 +367,5 @@ extern "C" __global__ void __launch_bounds__(NT, 2) topk_solo(
         for (int j = threadIdx.x; j < k; j += NT) orow[j] = j < L ? j : -1;
         return;
     }
-    solo_row(logits + (i64)r * pitch + s, L, k, orow, solo_smem, buf, words, sc, dbg);
+    solo_row(logits + (i64)r * pitch + s, L, k, orow, solo_smem, buf, words, ordered != 0, sc, dbg);
 }

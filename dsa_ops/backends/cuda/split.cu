@@ -10,7 +10,8 @@
 //   the leader's count and copies its kept keys there (the leader keeps its own slice's keys
 //   straight into that buffer, through the same count).
 // - After one cluster barrier the leader holds every key <= tau of the row, and finishes alone
-//   (finish_row: select over the kept keys, column bitmaps, ordered emission); the others
+//   (finish_row: select over the kept keys, then column bitmaps and the ordered emission, or
+//   with stable=False one unordered pass over the kept keys); the others
 //   leave. Too few or too many kept keys send the leader to the digit passes over global
 //   memory (finish_row's fallback): the result never depends on the sample.
 // - Rows of L <= solo_max are selected by CTA 0 alone from the start (solo_row, kept whole).
@@ -19,6 +20,12 @@
 // will read, so that they arrive while the sample is being read and chosen.
 #ifndef PREFETCH
 #define PREFETCH 1
+#endif
+// 1: the leader's first-digit counts are made while the keys arrive (its own keep4 counts its
+// keys, the other CTAs add theirs remotely as they copy them), not by the leader after the
+// exchange.
+#ifndef RCOUNT
+#define RCOUNT 0
 #endif
 __device__ __forceinline__ void prefetch_first(const float* __restrict__ x, int lo, int hi) {
     if (!PREFETCH) return;
@@ -34,7 +41,8 @@ __device__ __forceinline__ void prefetch_first(const float* __restrict__ x, int 
 extern "C" __global__ void __launch_bounds__(NT, 2) topk_split(
     const float* __restrict__ logits, i64 pitch, int width, const int* __restrict__ lens,
     const int* __restrict__ starts, const int* __restrict__ ends, int mode, int next_n, int k,
-    int* __restrict__ out, int C, int buf, int words, int solo_max, unsigned long long* __restrict__ dbg) {
+    int* __restrict__ out, int C, int buf, int words, int solo_max, int ordered,
+    unsigned long long* __restrict__ dbg) {
     extern __shared__ __align__(16) u32 split_smem[];
     __shared__ Scalars sc;
     STAMP(0);
@@ -51,7 +59,7 @@ extern "C" __global__ void __launch_bounds__(NT, 2) topk_split(
     }
     const float* x = logits + (i64)r * pitch + s;
     if (C == 1 || L <= solo_max) {  // CTA 0 alone (the same answer in every CTA of the row)
-        if (rank == 0) solo_row(x, L, k, orow, split_smem, buf, words, sc, dbg);
+        if (rank == 0) solo_row(x, L, k, orow, split_smem, buf, words, ordered != 0, sc, dbg);
         return;
     }
 
@@ -80,10 +88,10 @@ extern "C" __global__ void __launch_bounds__(NT, 2) topk_split(
     if (rank == 0) {  // the leader keeps straight into its buffer, through the shared count
         visit_row(x, lo, hi, [&](int i, bool ok, uint4 q) {
             keep4<true>(ok && q.x <= tau, ok && q.y <= tau, ok && q.z <= tau, ok && q.w <= tau, q, i, bkey, bcol,
-                        cap, nullptr, &sc.cnt);
+                        cap, RCOUNT ? h : nullptr, &sc.cnt);
         }, [&](int i, bool ok, u32 key) {
-            keep4<true>(ok && key <= tau, 0u, 0u, 0u, make_uint4(key, 0u, 0u, 0u), i, bkey, bcol, cap, nullptr,
-                        &sc.cnt);
+            keep4<true>(ok && key <= tau, 0u, 0u, 0u, make_uint4(key, 0u, 0u, 0u), i, bkey, bcol, cap,
+                        RCOUNT ? h : nullptr, &sc.cnt);
         });
         STAMP(6);
         cluster_wait();
@@ -103,8 +111,10 @@ extern "C" __global__ void __launch_bounds__(NT, 2) topk_split(
         __syncthreads();
         const u32 n = min(sc.cnt, cap), base = sc.off;
         for (u32 j = threadIdx.x; j < n && base + j < cap; j += NT) {
-            store_remote(remote_addr(bkey + base + j, 0), bkey[j]);
+            const u32 key = bkey[j];
+            store_remote(remote_addr(bkey + base + j, 0), key);
             store_remote(remote_addr(bcol + base + j, 0), bcol[j]);
+            if (RCOUNT) red_add_remote(remote_addr(h + (key >> 21), 0), 1u);
         }
         cluster_arrive();  // releases the copies to the leader
         cluster_wait();
@@ -112,9 +122,9 @@ extern "C" __global__ void __launch_bounds__(NT, 2) topk_split(
     }
     STAMP(7);
     const u32 n = sc.cnt;
-    if (n >= (u32)k && n <= cap)
+    if (!RCOUNT && n >= (u32)k && n <= cap)
         for (u32 j = threadIdx.x; j < n; j += NT) atomicAdd(h + (bkey[j] >> 21), 1u);
     __syncthreads();
     STAMP(1);
-    finish_row(x, L, k, orow, split_smem, buf, words, n, false, sc, dbg);
+    finish_row(x, L, k, orow, split_smem, buf, words, n, false, ordered != 0, sc, dbg);
 }

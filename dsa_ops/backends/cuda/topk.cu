@@ -120,6 +120,16 @@ __device__ __forceinline__ u32 atomic_add_remote(u32 addr, u32 v) {
     return old;
 }
 
+// The same adds with no result (red): on this CTA's word p, and on another CTA's `addr`.
+__device__ __forceinline__ void red_add_cluster(u32* p, u32 v) {
+    asm volatile("red.relaxed.cluster.shared::cta.add.u32 [%0], %1;" :: "r"((u32)__cvta_generic_to_shared(p)), "r"(v)
+                 : "memory");
+}
+
+__device__ __forceinline__ void red_add_remote(u32 addr, u32 v) {
+    asm volatile("red.relaxed.cluster.shared::cluster.add.u32 [%0], %1;" :: "r"(addr), "r"(v) : "memory");
+}
+
 // *p = v in CTA `cta`'s copy of this shared variable (a plain store when it is this CTA).
 __device__ __forceinline__ void put(u32* p, u32 cta, u32 self, u32 v) {
     if (cta == self) *p = v;
@@ -159,6 +169,7 @@ struct Scalars {
     u32 pfl[16], pfe[16];  // leader: each CTA's candidates < T and == T
     u32 wa[NWARP], wl[NWARP], we[NWARP], wbase[NWARP], wtake[NWARP];  // unstaged rows: per warp run
     u32 wsum[2 * NWARP];
+    u32 slot[2];  // solo.cu's unordered emission: slots taken by keys < T, keys == T
 };
 
 // Exclusive scan of one value a thread over the CTA; `total` gets the sum. Two barriers.
@@ -599,7 +610,7 @@ __device__ void emit_runs(const float* __restrict__ x, int lo, int hi, int SW, c
 }
 
 __device__ __forceinline__ void solo_row(const float* __restrict__ x, int L, int k, int* __restrict__ orow, u32* smem,
-                                         int buf, int words, Scalars& sc,
+                                         int buf, int words, bool ordered, Scalars& sc,
                                          unsigned long long* __restrict__ dbg);  // solo.cu
 
 __device__ __forceinline__ void topk_body(
@@ -650,7 +661,7 @@ __device__ __forceinline__ void topk_body(
     const float* x = logits + (i64)r * pitch + s;
     if (L <= solo_max) {  // a short row: CTA 0 selects it alone (solo.cu), the others leave
         if (rank == 0)
-            solo_row(x, L, k, orow, smem, (solo_max + 7) & ~7, (((solo_max + 31) >> 5) + 3) & ~3, sc, dbg);
+            solo_row(x, L, k, orow, smem, (solo_max + 7) & ~7, (((solo_max + 31) >> 5) + 3) & ~3, true, sc, dbg);
         return;
     }
     const int ch = (int)(((((i64)L + C - 1) / C) + 3) & ~3LL);

@@ -255,8 +255,9 @@ class _Launch:
 
     _TYPES = (ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
               ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_int,
-              ctypes.c_int, ctypes.c_void_p)  # ..., C, stage_keys, cand_keys, solo_max, dbg (split: C, buf, words, ...)
-    _SOLO_TYPES = _TYPES[:10] + (ctypes.c_int, ctypes.c_int, ctypes.c_void_p)  # ..., buf, words, dbg
+              ctypes.c_int, ctypes.c_void_p)  # ..., C, stage_keys, cand_keys, solo_max, dbg
+    _SPLIT_TYPES = _TYPES[:14] + (ctypes.c_int, ctypes.c_void_p)  # ..., C, buf, words, solo_max, ordered, dbg
+    _SOLO_TYPES = _TYPES[:10] + (ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_void_p)  # ..., buf, words, ordered, dbg
 
     def __init__(self, fn: Function, grid: int, plan, stream: int) -> None:
         if not 0 <= plan.shared <= fn.max_shared:
@@ -265,7 +266,8 @@ class _Launch:
         solo = isinstance(plan, SoloPlan)
         self.cfg, self._attrs = driver.launch_config((grid,), (THREADS,), plan.shared, stream,
                                                      None if solo else (plan.cluster,))
-        self.values = [t() for t in (self._SOLO_TYPES if solo else self._TYPES)]
+        types = self._SOLO_TYPES if solo else self._SPLIT_TYPES if isinstance(plan, SplitPlan) else self._TYPES
+        self.values = [t() for t in types]
         self.params = (ctypes.c_void_p * len(self.values))(
             *[ctypes.cast(ctypes.pointer(v), ctypes.c_void_p) for v in self.values])
 
@@ -280,9 +282,11 @@ _LAUNCHES: dict = {}
 
 def launch(logits: Tensor, lens: Tensor, starts: Tensor, ends: Tensor, mode: int, next_n: int, k: int,
            out: Tensor, plan: Optional[Plan] = None, dbg: Optional[Tensor] = None,
-           program: Optional[Program] = None) -> None:
+           program: Optional[Program] = None, ordered: bool = True) -> None:
     """Fill ``out`` (R, k) int32 from ``logits`` (R, W) fp32 rows (already validated: every
-    tensor on the logits' device)."""
+    tensor on the logits' device). ``ordered``: the stable bytes (ascending columns, lowest
+    column ties); False lets the solo and split kernels emit their winners in any order (the
+    contract's ``stable=False``; the cluster kernel's output is ordered either way)."""
     rows, width = logits.shape
     if rows == 0:
         return
@@ -301,20 +305,21 @@ def launch(logits: Tensor, lens: Tensor, starts: Tensor, ends: Tensor, mode: int
         run = _LAUNCHES[key] = _Launch(fn, rows * p.cluster, p, stream)
     head = (logits.data_ptr(), logits.stride(0), width, lens.data_ptr(), starts.data_ptr(), ends.data_ptr(), mode,
             next_n, k, out.data_ptr())
-    tail = (p.buf, p.words) if solo else (p.cluster, p.buf, p.words, p.solo_max) if split else (
-        p.cluster, p.stage_keys, p.cand_keys, p.solo_max)
+    tail = (p.buf, p.words, int(ordered)) if solo else (p.cluster, p.buf, p.words, p.solo_max, int(ordered)) \
+        if split else (p.cluster, p.stage_keys, p.cand_keys, p.solo_max)
     run(*head, *tail, None if dbg is None else dbg.data_ptr())
 
 
 def decode(logits: Tensor, lengths: Tensor, k: int, next_n: int, stable: bool, out: Tensor) -> None:
-    """Decode writer: per-row lengths when numel == R, else per request with ``next_n``.
-    The output is the stable one in both modes (ordered emission)."""
+    """Decode writer: per-row lengths when numel == R, else per request with ``next_n``;
+    ``stable``: the ordered emission (else any order, any ties: contract §1.1)."""
     flat = lengths.reshape(-1)
     per_row = flat.numel() == logits.shape[0]
     launch(logits, flat, flat, flat, MODE_PER_ROW if per_row else MODE_PER_REQUEST, 1 if per_row else next_n,
-           k, out)
+           k, out, ordered=stable)
 
 
 def prefill(logits: Tensor, row_starts: Tensor, row_ends: Tensor, k: int, stable: bool, out: Tensor) -> None:
-    """Prefill writer: window [clamp(s), clamp(e)), sequence-local indices."""
-    launch(logits, row_starts, row_starts, row_ends, MODE_PREFILL, 1, k, out)
+    """Prefill writer: window [clamp(s), clamp(e)), sequence-local indices; ``stable`` as
+    for :func:`decode`."""
+    launch(logits, row_starts, row_starts, row_ends, MODE_PREFILL, 1, k, out, ordered=stable)
