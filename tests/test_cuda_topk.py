@@ -472,20 +472,33 @@ def test_million_columns_collect_and_reread():
 
 @pytest.mark.gpu
 @needs_cuda
+@pytest.mark.parametrize("stable", [True, False], ids=["stable", "any"])
 @pytest.mark.parametrize("family", ["decode", "prefill"])
-def test_opcheck_on_the_gpu(gen, family):
+def test_opcheck_on_the_gpu(gen, family, stable):
     """torch.library.opcheck of dsa_ops::topk_<family>_cuda and its out= form on CUDA tensors
-    (schema, fake kernel, dispatch): the CPU suite cannot run them."""
+    (schema, fake kernel, dispatch): the CPU suite cannot run them. stable=False emits in atomic
+    order (contract §1.1: any order, any of the tied keys), so two calls may differ in their
+    bytes: its opcheck leaves out the eager-vs-AOT byte comparison, and the contract check
+    stands in for it."""
     from dsa_ops import ops
     from tests.data import i32, poisoned_out
 
     x = make_logits(gen, 4, 5000, "ties").cuda()
     if family == "decode":
-        args = (x, i32([0, 5, 2049, 5000]).cuda(), 16, 1, 1, False)
+        lens = i32([0, 5, 2049, 5000]).cuda()
+        args = (x, lens, 16, 1, stable)
     else:
-        args = (x, i32([0, 10, 90, 50]).cuda(), i32([100, 10, 4000, 20]).cuda(), 16, 1, False)
-    torch.library.opcheck(ops.backend_op("cuda", family), args)
-    torch.library.opcheck(ops.backend_op("cuda", family, out=True), args + (poisoned_out(4, 16).cuda(),))
+        starts, ends = i32([0, 10, 90, 50]).cuda(), i32([100, 10, 4000, 20]).cuda()
+        args = (x, starts, ends, 16, 1, stable)
+    utils = None if stable else ("test_schema", "test_autograd_registration", "test_faketensor")
+    kw = {} if utils is None else {"test_utils": utils}
+    torch.library.opcheck(ops.backend_op("cuda", family), args, **kw)
+    torch.library.opcheck(ops.backend_op("cuda", family, out=True), args + (poisoned_out(4, 16).cuda(),), **kw)
+    got = ops.backend_op("cuda", family)(*args).cpu()
+    if family == "decode":
+        assert_decode_equivalent(got, x.cpu(), lens.cpu(), 16, stable=stable)
+    else:
+        assert_prefill_equivalent(got, x.cpu(), starts.cpu(), ends.cpu(), 16, stable=stable)
 
 
 def test_prepared_launch_refills_its_arguments(monkeypatch):

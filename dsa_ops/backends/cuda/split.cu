@@ -23,7 +23,8 @@
 #endif
 // 1: the leader's first-digit counts are made while the keys arrive (its own keep4 counts its
 // keys, the other CTAs add theirs remotely as they copy them), not by the leader after the
-// exchange.
+// exchange. Measured (docs/benchmarks/cuda-variants.md run 15): the remote adds contend and
+// the exchange grows more than the count shrinks, so 0.
 #ifndef RCOUNT
 #define RCOUNT 0
 #endif
