@@ -486,10 +486,10 @@ def test_opcheck_on_the_gpu(gen, family, stable):
     x = make_logits(gen, 4, 5000, "ties").cuda()
     if family == "decode":
         lens = i32([0, 5, 2049, 5000]).cuda()
-        args = (x, lens, 16, 1, stable)
+        args = (x, lens, 16, 1, 1, stable)  # k, next_n, compress_ratio, stable
     else:
         starts, ends = i32([0, 10, 90, 50]).cuda(), i32([100, 10, 4000, 20]).cuda()
-        args = (x, starts, ends, 16, 1, stable)
+        args = (x, starts, ends, 16, 1, stable)  # k, compress_ratio, stable
     utils = None if stable else ("test_schema", "test_autograd_registration", "test_faketensor")
     kw = {} if utils is None else {"test_utils": utils}
     torch.library.opcheck(ops.backend_op("cuda", family), args, **kw)
