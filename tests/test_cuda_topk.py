@@ -12,6 +12,8 @@ buffer and the four-read fallback (``stage_keys`` small enough that neither fits
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -82,6 +84,8 @@ def test_solo_plan_fits_two_ctas_a_multiprocessor(width, want):
     if p is not None:
         assert p.words * 32 >= width and p.words % 4 == 0 and p.buf % 8 == 0
         assert 2 * (p.shared + topk.STATIC_BYTES + topk.SHARED_RESERVED) <= H200_SM
+    # stable=False: no bitmaps, so one plan for every width, with the room they took as buffer
+    assert solo_plan(width, H200_SM, ordered=False) == SoloPlan(24320, 0)
     assert solo_plan(5000, H200_SM, buf=64) == SoloPlan(64, 160)
     with pytest.raises(ValueError, match="buf"):
         solo_plan(5000, H200_SM, buf=10**6)
@@ -99,29 +103,47 @@ def test_solo_plan_fits_two_ctas_a_multiprocessor(width, want):
 def test_split_plan_shapes(rows, width, want):
     p = split_plan(rows, width, H200["sms"], H200_SM)
     assert p == want
+    any_order = split_plan(rows, width, H200["sms"], H200_SM, ordered=False)  # stable=False: no bitmaps
+    assert any_order.words == 0 and any_order.buf == 53504  # the whole room of one CTA a multiprocessor
+    assert any_order.cluster == (p.cluster if p is not None else 16)
     if p is not None:
         assert p.words * 32 >= width and p.buf % 8 == 0 and p.solo_max <= p.buf
         per_sm = 1 if rows * p.cluster <= H200["sms"] else 2
         assert per_sm * (p.shared + topk.STATIC_BYTES + topk.SHARED_RESERVED) <= H200_SM
 
 
-@pytest.mark.parametrize("rows, width, kind", [
-    (1, 133120, SplitPlan), (64, 133120, SplitPlan),  # up to SPLIT_ROWS rows: topk_split
-    (1, 1 << 20, Plan),  # the split's bitmaps do not fit: the cluster plan
-    (65, 133120, SoloPlan),  # more than SOLO_ROWS rows: one CTA a row
-    (4096, 1 << 20, Plan),  # solo's bitmaps do not fit either
+@pytest.mark.parametrize("rows, width, ordered, kind", [
+    (1, 133120, True, SplitPlan), (64, 133120, True, SplitPlan),  # up to SPLIT_ROWS rows: topk_split
+    (1, 1 << 20, True, Plan),  # the split's bitmaps do not fit: the cluster plan
+    (65, 133120, True, SoloPlan),  # more than SOLO_ROWS rows: one CTA a row
+    (4096, 1 << 20, True, Plan),  # solo's bitmaps do not fit either
+    (1, 133120, False, SplitPlan), (64, 1 << 20, False, SplitPlan),  # stable=False: no bitmaps, so
+    (65, 1 << 20, False, SoloPlan), (4096, 1 << 20, False, SoloPlan),  # the width never picks the kernel
 ])
-def test_default_plan_choice(monkeypatch, rows, width, kind):
+def test_default_plan_choice(monkeypatch, rows, width, ordered, kind):
     monkeypatch.setattr(topk, "_device_facts", lambda index: (H200["sms"], H200["smem_max"]))
     monkeypatch.setattr(topk, "_smem_per_sm", lambda index: H200_SM)
     topk._plan.cache_clear()
     try:
-        p = topk._plan(rows, width, 0)
+        p = topk._plan(rows, width, 0, ordered)
     finally:
         topk._plan.cache_clear()
     assert type(p) is kind
     if kind is SplitPlan:
-        assert p == split_plan(rows, width, H200["sms"], H200_SM)
+        assert p == split_plan(rows, width, H200["sms"], H200_SM, ordered=ordered)
+    if kind is not Plan:
+        assert (p.words == 0) == (not ordered)
+
+
+def test_ordered_launch_refuses_a_plan_without_bitmaps():
+    """The ordered emission marks winners in column bitmaps: a plan without room for them
+    (an unordered plan) is refused before any launch, never run over the buffer."""
+    x = torch.zeros(2, 5000)
+    lens = torch.full((2,), 5000, dtype=torch.int32)
+    out = torch.empty(2, 16, dtype=torch.int32)
+    for plan in (SoloPlan(8192, 0), SplitPlan(2, 8192, 0, 0), SplitPlan(2, 8192, 152, 0)):
+        with pytest.raises(ValueError, match="bitmaps of 157 words"):
+            topk.launch(x, lens, lens, lens, 0, 1, 16, out, plan=plan, ordered=True)
 
 
 def test_split_plan_overrides_and_refusals():
@@ -179,7 +201,11 @@ def _ref_decode(x, lens, k, next_n=1):
 
 
 def _run_decode(x, lens, k, next_n=1, plan=None, out=None, stable=True):
+    """stable=False runs a solo / split plan with the unordered plans' layout (no bitmaps),
+    as the default plans of stable=False do."""
     out = torch.full((x.shape[0], k), 0x7EADBEEF, dtype=torch.int32, device=x.device) if out is None else out
+    if not stable and isinstance(plan, (SoloPlan, SplitPlan)):
+        plan = dataclasses.replace(plan, words=0)
     if plan is None:
         dsa_ops.topk_decode(x, lens, k, next_n=next_n, backend="cuda", out=out, stable=stable)
     else:
@@ -360,7 +386,7 @@ def test_solo_prefill_is_the_default_for_chunks_and_replays(gen):
 @pytest.mark.gpu
 @needs_cuda
 def test_default_plans_at_serving_shapes(gen, rows, width, stable):
-    if width > 200000 and rows > 16:
+    if width > 200000 and rows > 16 and stable:  # stable: the cluster plan (W 1M is one fixed shape)
         rows = 16
     g = torch.Generator(device="cuda").manual_seed(rows + width)
     x = torch.randn(rows, width, device="cuda", generator=g)
@@ -370,6 +396,30 @@ def test_default_plans_at_serving_shapes(gen, rows, width, stable):
     out = torch.empty(rows, 2048, dtype=torch.int32, device="cuda")
     dsa_ops.topk_decode(x, lens, 2048, backend="cuda", stable=stable, out=out)
     _check_decode(out, x, lens, 2048, stable, f"rows={rows} W={width}")
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("rows", [3, 80])
+def test_unordered_plans_take_a_million_columns(rows):
+    """stable=False plans have no column bitmaps, so W = 1M takes topk_split (up to 64 rows)
+    or topk_solo (more), not the cluster plan: rows up to L = W (twice the sample past
+    SAMPLE_LONG), a sample planted to miss either way at those long rows, every key equal
+    (the fallback's unordered emission with ties), all against the contract."""
+    width, k = 1 << 20, 2048
+    plan = topk._plan(rows, width, torch.cuda.current_device(), False)
+    assert isinstance(plan, SplitPlan if rows <= topk.SPLIT_ROWS else SoloPlan) and plan.words == 0
+    g = torch.Generator(device="cuda").manual_seed(rows)
+    x = torch.randn(rows, width, device="cuda", generator=g)
+    cycle = [width, 999_999, 262_145, 300_001, 262_144, 131_072, 5000, 2048]
+    lens = torch.tensor([cycle[i % len(cycle)] for i in range(rows)], dtype=torch.int32, device="cuda")
+    x[1] = 0.25
+    for r, big in ((2, 1e3), (3, -1e3)):  # the kernel's sample positions past SAMPLE_LONG (2048 of them)
+        n = int(lens[r])
+        x[r, (2 * torch.arange(2048, device="cuda") + 1) * n // 4096] = big
+    out = torch.full((rows, k), 0x7EADBEEF, dtype=torch.int32, device="cuda")
+    dsa_ops.topk_decode(x, lens, k, backend="cuda", stable=False, out=out)
+    _check_decode(out, x, lens, k, False, f"W 1M rows={rows} {plan}")
 
 
 @pytest.mark.gpu

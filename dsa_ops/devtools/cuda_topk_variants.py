@@ -51,10 +51,11 @@ def _plan(spec: str, rows: int, width: int):
     from dsa_ops.backends.cuda import topk
 
     spec, _, defines = spec.partition("@")
+    ordered = not spec.endswith("+any")  # the unordered plans have no column bitmaps
     spec = spec.removesuffix("+any")
     dev = torch.cuda.current_device()
     if spec.startswith("auto"):
-        plan = topk._plan(rows, width, dev)
+        plan = topk._plan(rows, width, dev, ordered)
         if ":" in spec and isinstance(plan, topk.Plan):
             plan = dataclasses.replace(plan, solo_max=int(spec.split(":")[1]))
         return plan, _program(defines)
@@ -65,13 +66,13 @@ def _plan(spec: str, rows: int, width: int):
         sms, _ = topk._device_facts(dev)
         c, b, m = (spec.split(":")[1:] + ["", "", ""])[:3]
         plan = topk.split_plan(rows, width, sms, topk._smem_per_sm(dev), int(c) if c else None,
-                               int(b) if b else None, int(m) if m else None)
+                               int(b) if b else None, int(m) if m else None, ordered)
         if plan is None:
             raise SystemExit(f"split: no plan fits width {width}")
         return plan, _program(defines)
     if spec.startswith("solo"):
         buf = spec.partition(":")[2]
-        plan = topk.solo_plan(width, topk._smem_per_sm(dev), int(buf) if buf else None)
+        plan = topk.solo_plan(width, topk._smem_per_sm(dev), int(buf) if buf else None, ordered)
         if plan is None:
             raise SystemExit(f"solo: no plan fits width {width}")
         return plan, _program(defines)

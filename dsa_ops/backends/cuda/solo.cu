@@ -4,9 +4,10 @@
 // visit_stage, choose_bin_a2a, block_scan2, row_window, Scalars).
 //
 // - A row of L <= buf keys is kept whole in shared memory (direct): one read.
-// - A longer row is sampled first (SAMPLE keys spread over [0, L)); the sample sets a bound
-//   tau on the keys such that, very likely, k <= #{keys <= tau} <= buf / 2. The one read of
-//   the row keeps those keys with their columns. If fewer than k or more than buf / 2 were
+// - A longer row is sampled first (SAMPLE keys spread over [0, L), twice as many past
+//   SAMPLE_LONG); the sample sets a bound tau on the keys such that, very likely,
+//   k <= #{keys <= tau} <= buf / 2. The one read of the row keeps those keys with their
+//   columns. If fewer than k or more than buf / 2 were
 //   kept, the row falls back to digit passes over global memory (up to four more reads), so
 //   the result never depends on the data, only the time does.
 // - The select runs on the kept keys: 11 + 11 + 10 bit digits, stopping as soon as the
@@ -14,16 +15,23 @@
 // - stable (ordered): winners are marked in two column bitmaps (keys < T; keys == T) and
 //   emitted in column order, ties lowest column first: the stable bytes.
 // - not stable: each winner takes a slot from a shared count as the kept keys are read once
-//   more (emit_any); no bitmaps, no ordered scan. The sample-missed fallback stays ordered.
+//   more (emit_any); no bitmaps, no ordered scan (the plans of stable=False have no bitmaps:
+//   the sample-missed fallback emits while it reads the row once more, emit_any_row).
 
 #ifndef SAMPLE
 #define SAMPLE 1024  // sample keys (a multiple of NT)
+#endif
+#ifndef SAMPLE_LONG
+#define SAMPLE_LONG 262144  // rows longer than this take twice as many sample keys
 #endif
 #ifndef SIGMAS
 #define SIGMAS 3  // the bound's margin, in standard deviations of the sample count
 #endif
 #ifndef EMITV
 #define EMITV 1  // the emission's counting loop by 16-byte loads (0: one word a load; docs/benchmarks/cuda-variants.md run 14)
+#endif
+#ifndef ANY4
+#define ANY4 1  // emit_any: four kept keys a thread a step by 16-byte loads (0: one key a thread a step)
 #endif
 #define TAKE_ALL 0xFFFFFFFFu
 
@@ -33,9 +41,9 @@ __device__ __forceinline__ void clear_own(u32* h) {
 }
 
 // Keep the keys of four hits a..d (columns i..i+3) at slots reserved by one shared atomic a
-// warp (CL: a cluster-scope atomic, for a counter other CTAs of the cluster add to too);
-// every slot past cap is counted but not written. h (unless null) counts the kept keys'
-// first digits (CL: by cluster-scope adds, as other CTAs add to it too).
+// warp (CL: a cluster-scope atomic, for the leader's count that other CTAs of the cluster
+// add to too); every slot past cap is counted but not written. h (unless null) counts the
+// kept keys' first digits.
 template <bool CL = false>
 __device__ __forceinline__ void keep4(u32 a, u32 b, u32 c, u32 d, uint4 q, int i, u32* bkey, u32* bcol, u32 cap,
                                       u32* h, u32* cnt) {
@@ -58,10 +66,7 @@ __device__ __forceinline__ void keep4(u32 a, u32 b, u32 c, u32 d, uint4 q, int i
             if (p < cap) {
                 bkey[p] = key[u];
                 bcol[p] = (u32)(i + u);
-                if (h != nullptr) {
-                    if (CL) red_add_cluster(h + (key[u] >> 21), 1u);
-                    else atomicAdd(h + (key[u] >> 21), 1u);
-                }
+                if (h != nullptr) atomicAdd(h + (key[u] >> 21), 1u);
             }
             ++p;
         }
@@ -116,22 +121,28 @@ __device__ __forceinline__ void select_keys(u32* h, u32* h2, Scalars& sc, const 
 }
 
 // The bound tau of the keys a sampled row keeps (TAKE_ALL when the row is too short to
-// sample): SAMPLE keys at evenly spread columns of [0, L); about k * SAMPLE / L of them are
-// expected at or below the row's k-th key, and tau is the top of the 22-bit prefix of the
-// sample key at that rank plus SIGMAS (3) standard deviations. A pure function of the row (every
-// CTA that calls it on the same row gets the same tau). h2 must be zero and is left zero;
-// sc.kr is k again after the caller's next barrier.
+// sample): S keys at evenly spread columns of [0, L) (S = SAMPLE, or 2 x SAMPLE for rows
+// longer than SAMPLE_LONG: a sample key stands for at most 256 columns up to 256K and 512 at
+// 1M, so that the kept count stays well inside the buffer at L = 1M); about
+// k * S / L of them are expected at or below the row's k-th key, and tau is the top of the
+// 22-bit prefix of the sample key at that rank plus SIGMAS (3) standard deviations and 4. A
+// pure function of the row (every CTA that calls it on the same row gets the same tau). h2
+// must be zero and is left zero; sc.kr is k again after the caller's next barrier.
 __device__ __forceinline__ u32 sample_tau(const float* __restrict__ x, int L, int k, u32* h2, Scalars& sc) {
     u32 tau = TAKE_ALL;
-    const u32 mean = (u32)(((i64)k * SAMPLE + L - 1) / L);
+    const int S = L > SAMPLE_LONG ? 2 * SAMPLE : SAMPLE;
+    const u32 mean = (u32)(((i64)k * S + L - 1) / L);
     const u32 want = mean + (u32)(SIGMAS * sqrtf((float)mean)) + 4u;
-    if (want < SAMPLE) {
-        u32 sk[SAMPLE / NT];
+    if (want < (u32)S) {
+        u32 sk[2 * SAMPLE / NT];
 #pragma unroll
-        for (int u = 0; u < SAMPLE / NT; ++u) {
+        for (int u = 0; u < 2 * SAMPLE / NT; ++u) {
             const i64 j = (i64)threadIdx.x + u * NT;
-            sk[u] = order_key(__ldg(x + ((2 * j + 1) * L) / (2 * SAMPLE)));
-            atomicAdd(h2 + (sk[u] >> 21), 1u);
+            sk[u] = 0u;
+            if (j < S) {
+                sk[u] = order_key(__ldg(x + ((2 * j + 1) * L) / (2 * S)));
+                atomicAdd(h2 + (sk[u] >> 21), 1u);
+            }
         }
         if (threadIdx.x == 0) sc.kr = want;
         __syncthreads();
@@ -140,8 +151,8 @@ __device__ __forceinline__ u32 sample_tau(const float* __restrict__ x, int L, in
         clear_own(h2);
         __syncthreads();
 #pragma unroll
-        for (int u = 0; u < SAMPLE / NT; ++u)
-            if ((sk[u] >> 21) == bs) atomicAdd(h2 + ((sk[u] >> 10) & 0x7FFu), 1u);
+        for (int u = 0; u < 2 * SAMPLE / NT; ++u)
+            if (u * NT + (int)threadIdx.x < S && (sk[u] >> 21) == bs) atomicAdd(h2 + ((sk[u] >> 10) & 0x7FFu), 1u);
         __syncthreads();
         choose_bin_a2a(h2, 1, 0, sc, false);
         tau = (bs << 21) | (sc.bin << 10) | 0x3FFu;
@@ -205,35 +216,113 @@ __device__ __forceinline__ void emit_bitmaps(const u32* blt, const u32* beq, int
     else emit_units<32>(blt, beq, nw, need, orow, sc);
 }
 
-// Unordered emission (stable=False) of the n kept keys (direct: key j sits at column j; else
-// its column is bcol[j]): keys < T take slots [0, k - need) and the first `need` keys == T to
-// reserve a slot take [k - need, k), in any order (need = TAKE_ALL: every key <= T wins, k of
-// them). One ballot and one shared atomic a warp step; sc.slot must be zero.
-__device__ __forceinline__ void emit_any(const u32* bkey, const u32* bcol, u32 n, bool direct, u32 T, u32 need, int k,
-                                         int* __restrict__ orow, Scalars& sc) {
-    const u32 lane = threadIdx.x & 31, below = lanemask_lt();
-    const bool all = need == TAKE_ALL;
-    const u32 nlt = all ? (u32)k : (u32)k - need;
-    for (u32 b = 0; b < n; b += NT) {
-        const u32 j = b + threadIdx.x;
-        const bool ok = j < n;
-        const u32 key = ok ? bkey[j] : TAKE_ALL;
-        const bool lt = ok && (key < T || (all && key == T)), eq = ok && !all && key == T;
-        const u32 ml = __ballot_sync(0xFFFFFFFFu, lt), me = __ballot_sync(0xFFFFFFFFu, eq);
-        u32 pl = 0, pe = 0;
-        if (lane == 0) {
-            if (ml) pl = atomicAdd(&sc.slot[0], (u32)__popc(ml));
-            if (me) pe = atomicAdd(&sc.slot[1], (u32)__popc(me));
-        }
-        pl = __shfl_sync(0xFFFFFFFFu, pl, 0);
-        pe = __shfl_sync(0xFFFFFFFFu, pe, 0);
-        if (lt) {
-            orow[pl + __popc(ml & below)] = direct ? (int)j : (int)bcol[j];
-        } else if (eq) {
-            const u32 t = pe + __popc(me & below);
-            if (t < need) orow[nlt + t] = direct ? (int)j : (int)bcol[j];
+// Unordered emission (stable=False): winners take output slots in any order. Keys < T take
+// slots [0, nlt) and the first `need` keys == T to reserve a slot take [nlt, nlt + need)
+// (nlt = k - need; need = TAKE_ALL: every key <= T wins, nlt = k and no key counts as
+// equal). sc.slot must be zero before the first call.
+//
+// emit4: this thread's winners among four columns c: ml / me (bit u) mark c's key u as < T /
+// == T. One warp scan of the packed counts (at most 4 + 4 a thread, 128 a warp: 16 bits
+// each) and one shared atomic a counter a warp reserve the slots. Called by whole warps.
+__device__ __forceinline__ void emit4(u32 ml, u32 me, uint4 c, u32 nlt, u32 need, int* __restrict__ orow,
+                                      Scalars& sc) {
+    if (__ballot_sync(0xFFFFFFFFu, (ml | me) != 0) == 0) return;
+    const u32 lane = threadIdx.x & 31, own = (u32)__popc(ml) | (u32)__popc(me) << 16;
+    u32 incl = own;
+#pragma unroll
+    for (int s = 1; s < 32; s <<= 1) {
+        const u32 y = __shfl_up_sync(0xFFFFFFFFu, incl, s);
+        if (lane >= (u32)s) incl += y;
+    }
+    u32 pl = 0, pe = 0;
+    if (lane == 31) {
+        if (incl & 0xFFFFu) pl = atomicAdd(&sc.slot[0], incl & 0xFFFFu);
+        if (incl >> 16) pe = atomicAdd(&sc.slot[1], incl >> 16);
+    }
+    const u32 before = incl - own;
+    pl = __shfl_sync(0xFFFFFFFFu, pl, 31) + (before & 0xFFFFu);
+    pe = __shfl_sync(0xFFFFFFFFu, pe, 31) + (before >> 16);
+    const u32 col[4] = {c.x, c.y, c.z, c.w};
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+        if ((ml >> u) & 1u) {
+            orow[pl++] = (int)col[u];
+        } else if ((me >> u) & 1u) {
+            if (pe < need) orow[nlt + pe] = (int)col[u];
+            ++pe;
         }
     }
+}
+
+// The masks of emit4 for the four keys q (only the first `valid` count).
+__device__ __forceinline__ void win_masks(uint4 q, u32 valid, u32 T, bool all, u32& ml, u32& me) {
+    const u32 key[4] = {q.x, q.y, q.z, q.w};
+    ml = me = 0u;
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+        const bool ok = (u32)u < valid;
+        ml |= (u32)(ok && (key[u] < T || (all && key[u] == T))) << u;
+        me |= (u32)(ok && !all && key[u] == T) << u;
+    }
+}
+
+// The n kept keys (direct: key j sits at column j; else its column is bcol[j]), four a
+// thread by 16-byte shared loads (bkey and bcol 16-byte aligned, readable up to n rounded up
+// to 4).
+__device__ __forceinline__ void emit_any(const u32* bkey, const u32* bcol, u32 n, bool direct, u32 T, u32 need, int k,
+                                         int* __restrict__ orow, Scalars& sc) {
+    const bool all = need == TAKE_ALL;
+    const u32 nlt = all ? (u32)k : (u32)k - need;
+    if (!ANY4) {  // run 15's emission: one key a thread a step, two ballots and two atomics a warp
+        const u32 lane = threadIdx.x & 31, below = lanemask_lt();
+        for (u32 b = 0; b < n; b += NT) {
+            const u32 j = b + threadIdx.x;
+            const bool ok = j < n;
+            const u32 key = ok ? bkey[j] : TAKE_ALL;
+            const bool lt = ok && (key < T || (all && key == T)), eq = ok && !all && key == T;
+            const u32 ml = __ballot_sync(0xFFFFFFFFu, lt), me = __ballot_sync(0xFFFFFFFFu, eq);
+            u32 pl = 0, pe = 0;
+            if (lane == 0) {
+                if (ml) pl = atomicAdd(&sc.slot[0], (u32)__popc(ml));
+                if (me) pe = atomicAdd(&sc.slot[1], (u32)__popc(me));
+            }
+            pl = __shfl_sync(0xFFFFFFFFu, pl, 0);
+            pe = __shfl_sync(0xFFFFFFFFu, pe, 0);
+            if (lt) {
+                orow[pl + __popc(ml & below)] = direct ? (int)j : (int)bcol[j];
+            } else if (eq) {
+                const u32 t = pe + __popc(me & below);
+                if (t < need) orow[nlt + t] = direct ? (int)j : (int)bcol[j];
+            }
+        }
+        return;
+    }
+    for (u32 b = 0; b < n; b += 4 * NT) {
+        const u32 j = b + 4 * threadIdx.x;
+        u32 ml = 0u, me = 0u;
+        uint4 c = make_uint4(j, j + 1, j + 2, j + 3);
+        if (j < n) {
+            win_masks(*reinterpret_cast<const uint4*>(bkey + j), n - j, T, all, ml, me);
+            if (!direct && (ml | me)) c = *reinterpret_cast<const uint4*>(bcol + j);
+        }
+        emit4(ml, me, c, nlt, need, orow, sc);
+    }
+}
+
+// The row [0, L) of x read once more from global memory (the sample missed, unordered).
+__device__ __forceinline__ void emit_any_row(const float* __restrict__ x, int L, u32 T, u32 need, int k,
+                                             int* __restrict__ orow, Scalars& sc) {
+    const bool all = need == TAKE_ALL;
+    const u32 nlt = all ? (u32)k : (u32)k - need;
+    visit_row(x, 0, L, [&](int i, bool ok, uint4 q) {
+        u32 ml, me;
+        win_masks(q, ok ? 4u : 0u, T, all, ml, me);
+        emit4(ml, me, make_uint4(i, i + 1, i + 2, i + 3), nlt, need, orow, sc);
+    }, [&](int i, bool ok, u32 key) {
+        u32 ml, me;
+        win_masks(make_uint4(key, 0u, 0u, 0u), ok ? 1u : 0u, T, all, ml, me);
+        emit4(ml, me, make_uint4(i, 0u, 0u, 0u), nlt, need, orow, sc);
+    });
 }
 
 // The select, marks and ordered emission of a row [0, L) of x (k < L) by this CTA alone,
@@ -241,7 +330,8 @@ __device__ __forceinline__ void emit_any(const u32* bkey, const u32* bcol, u32 n
 // (direct), or the kept keys <= a sampled bound with their columns, whose first digits h
 // has counted (h2 zero, the bitmaps zero, sc.kr = k). When the kept keys cannot hold the
 // k-th key (n < k, or more than the buffer), the row is selected from global memory instead.
-// ordered = false (stable=False) emits the kept keys' winners in any order (emit_any).
+// ordered = false (stable=False) emits the winners in any order (emit_any, or emit_any_row
+// after the global select) and never touches the bitmaps: its plans have none (words = 0).
 __device__ __forceinline__ void finish_row(const float* __restrict__ x, int L, int k, int* __restrict__ orow,
                                            u32* smem, int buf, int words, u32 n, bool direct, bool ordered,
                                            Scalars& sc, unsigned long long* __restrict__ dbg) {
@@ -291,6 +381,10 @@ __device__ __forceinline__ void finish_row(const float* __restrict__ x, int L, i
         __syncthreads();
         select_keys<true>(h, h2, sc, x, L, bkey, 0, T, need);
         STAMP(3);
+        if (!ordered) {  // no bitmaps (the unordered plans have none): emit while reading
+            emit_any_row(x, L, T, need, k, orow, sc);
+            return;
+        }
         visit_row(x, 0, L, [&](int i, bool ok, uint4 q) {
             const u32 ml = (u32)(ok && q.x < T) | (u32)(ok && q.y < T) << 1 | (u32)(ok && q.z < T) << 2 |
                            (u32)(ok && q.w < T) << 3;
@@ -311,7 +405,8 @@ __device__ __forceinline__ void finish_row(const float* __restrict__ x, int L, i
 }
 
 // One row [0, L) of x (k < L) by this CTA alone, into orow (docs/cuda-kernel.md §4.2). smem:
-// 2 x 2048 counts, two bitmaps of `words` words (>= L / 32, a multiple of 4), `buf` words
+// 2 x 2048 counts, two bitmaps of `words` words (>= L / 32, a multiple of 4; none when not
+// ordered), `buf` words
 // (rows of L <= buf kept whole; longer ones keep at most buf / 2 keys with their columns).
 __device__ __forceinline__ void solo_row(const float* __restrict__ x, int L, int k, int* __restrict__ orow, u32* smem,
                                       int buf, int words, bool ordered, Scalars& sc,
@@ -326,7 +421,7 @@ __device__ __forceinline__ void solo_row(const float* __restrict__ x, int L, int
     const int nw = (L + 31) >> 5;  // bitmap words of the row
     const bool direct = L <= buf;
     for (int b = threadIdx.x; b < 2 * BINS; b += NT) smem[b] = 0;
-    if (!direct)
+    if (!direct && ordered)
         for (int b = threadIdx.x; b < nw; b += NT) blt[b] = beq[b] = 0;
     if (threadIdx.x == 0) {
         sc.cnt = 0;

@@ -21,13 +21,6 @@
 #ifndef PREFETCH
 #define PREFETCH 1
 #endif
-// 1: the leader's first-digit counts are made while the keys arrive (its own keep4 counts its
-// keys, the other CTAs add theirs remotely as they copy them), not by the leader after the
-// exchange. Measured (docs/benchmarks/cuda-variants.md run 15): the remote adds contend and
-// the exchange grows more than the count shrinks, so 0.
-#ifndef RCOUNT
-#define RCOUNT 0
-#endif
 __device__ __forceinline__ void prefetch_first(const float* __restrict__ x, int lo, int hi) {
     if (!PREFETCH) return;
     if ((reinterpret_cast<unsigned long long>(x + lo) & 15) != 0) return;
@@ -75,7 +68,7 @@ extern "C" __global__ void __launch_bounds__(NT, 2) topk_split(
     const int lo = (int)min((i64)rank * ch, (i64)L), hi = (int)min((i64)lo + ch, (i64)L);
     prefetch_first(x, lo, hi);
     for (int b = threadIdx.x; b < 2 * BINS; b += NT) h[b] = 0;
-    if (rank == 0)
+    if (rank == 0 && ordered)  // the unordered plans have no bitmaps
         for (int b = threadIdx.x; b < (L + 31) >> 5; b += NT) blt[b] = beq[b] = 0;
     if (threadIdx.x == 0) {
         sc.cnt = 0;
@@ -89,10 +82,10 @@ extern "C" __global__ void __launch_bounds__(NT, 2) topk_split(
     if (rank == 0) {  // the leader keeps straight into its buffer, through the shared count
         visit_row(x, lo, hi, [&](int i, bool ok, uint4 q) {
             keep4<true>(ok && q.x <= tau, ok && q.y <= tau, ok && q.z <= tau, ok && q.w <= tau, q, i, bkey, bcol,
-                        cap, RCOUNT ? h : nullptr, &sc.cnt);
+                        cap, nullptr, &sc.cnt);
         }, [&](int i, bool ok, u32 key) {
             keep4<true>(ok && key <= tau, 0u, 0u, 0u, make_uint4(key, 0u, 0u, 0u), i, bkey, bcol, cap,
-                        RCOUNT ? h : nullptr, &sc.cnt);
+                        nullptr, &sc.cnt);
         });
         STAMP(6);
         cluster_wait();
@@ -112,10 +105,8 @@ extern "C" __global__ void __launch_bounds__(NT, 2) topk_split(
         __syncthreads();
         const u32 n = min(sc.cnt, cap), base = sc.off;
         for (u32 j = threadIdx.x; j < n && base + j < cap; j += NT) {
-            const u32 key = bkey[j];
-            store_remote(remote_addr(bkey + base + j, 0), key);
+            store_remote(remote_addr(bkey + base + j, 0), bkey[j]);
             store_remote(remote_addr(bcol + base + j, 0), bcol[j]);
-            if (RCOUNT) red_add_remote(remote_addr(h + (key >> 21), 0), 1u);
         }
         cluster_arrive();  // releases the copies to the leader
         cluster_wait();
@@ -123,7 +114,7 @@ extern "C" __global__ void __launch_bounds__(NT, 2) topk_split(
     }
     STAMP(7);
     const u32 n = sc.cnt;
-    if (!RCOUNT && n >= (u32)k && n <= cap)
+    if (n >= (u32)k && n <= cap)
         for (u32 j = threadIdx.x; j < n; j += NT) atomicAdd(h + (bkey[j] >> 21), 1u);
     __syncthreads();
     STAMP(1);

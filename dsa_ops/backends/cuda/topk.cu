@@ -120,16 +120,6 @@ __device__ __forceinline__ u32 atomic_add_remote(u32 addr, u32 v) {
     return old;
 }
 
-// The same adds with no result (red): on this CTA's word p, and on another CTA's `addr`.
-__device__ __forceinline__ void red_add_cluster(u32* p, u32 v) {
-    asm volatile("red.relaxed.cluster.shared::cta.add.u32 [%0], %1;" :: "r"((u32)__cvta_generic_to_shared(p)), "r"(v)
-                 : "memory");
-}
-
-__device__ __forceinline__ void red_add_remote(u32 addr, u32 v) {
-    asm volatile("red.relaxed.cluster.shared::cluster.add.u32 [%0], %1;" :: "r"(addr), "r"(v) : "memory");
-}
-
 // *p = v in CTA `cta`'s copy of this shared variable (a plain store when it is this CTA).
 __device__ __forceinline__ void put(u32* p, u32 cta, u32 self, u32 v) {
     if (cta == self) *p = v;

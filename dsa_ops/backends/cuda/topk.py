@@ -43,7 +43,7 @@ SOLO_SHORT = 12288  # few rows: rows up to this length are selected by the clust
 SOLO_ROWS = 64  # more rows than this: topk_solo, one CTA a row (decode and prefill)
 SOLO_BUF_MIN, SOLO_BUF_MAX = 8192, 32768  # solo: words of the key buffer (sampled rows keep half as many)
 SHARED_RESERVED = 1024  # shared memory the hardware keeps a CTA (sm_90)
-SPLIT_BUF_MAX = 16384  # split: words of the leader's buffer (at most half as many kept keys)
+SPLIT_BUF_MAX = 16384  # split, ordered: words of the leader's buffer (at most half as many kept keys)
 SPLIT_ROWS = 64  # up to this many rows topk_split is the default plan (docs/cuda-kernel.md §4.3)
 
 
@@ -68,12 +68,14 @@ def _solo_bytes(words: int, buf: int) -> int:
     return 4 * (2 * 2048 + 2 * words + buf)
 
 
-def _solo_layout(width: int, smem: int, buf: Optional[int], buf_max: int) -> Optional[tuple[int, int]]:
+def _solo_layout(width: int, smem: int, buf: Optional[int], buf_max: int,
+                 ordered: bool = True) -> Optional[tuple[int, int]]:
     """(buf, words) of solo.cu's layout for rows of ``width`` columns in ``smem`` bytes a CTA
     (shared memory of a multiprocessor over the CTAs it holds): ``buf`` given is checked
     against the room left by the bitmaps; None given takes min(buf_max, room), or None when
-    that is under SOLO_BUF_MIN words."""
-    words = _ceil(_ceil(max(width, 1), 32), 4) * 4
+    that is under SOLO_BUF_MIN words. Not ``ordered`` (stable=False): no bitmaps (words = 0;
+    the unordered emission never uses them), so the room does not depend on the width."""
+    words = _ceil(_ceil(max(width, 1), 32), 4) * 4 if ordered else 0
     room = (smem - SHARED_RESERVED - STATIC_BYTES - _solo_bytes(words, 0)) // 4 & ~7
     if buf is None:
         buf = min(buf_max, room)
@@ -100,10 +102,11 @@ class SoloPlan:
         return _solo_bytes(self.words, self.buf)
 
 
-def solo_plan(width: int, smem_per_sm: int, buf: Optional[int] = None) -> Optional[SoloPlan]:
+def solo_plan(width: int, smem_per_sm: int, buf: Optional[int] = None, ordered: bool = True) -> Optional[SoloPlan]:
     """The solo plan for rows of ``width`` columns with two CTAs a multiprocessor, or None
-    when the bitmaps leave less than SOLO_BUF_MIN words of buffer (W above ~250K)."""
-    layout = _solo_layout(width, smem_per_sm // 2, buf, SOLO_BUF_MAX)
+    when the bitmaps leave less than SOLO_BUF_MIN words of buffer (``ordered`` and W above
+    ~250K; the unordered plan has no bitmaps and fits every width)."""
+    layout = _solo_layout(width, smem_per_sm // 2, buf, SOLO_BUF_MAX, ordered)
     return None if layout is None else SoloPlan(*layout)
 
 
@@ -126,10 +129,12 @@ class SplitPlan:
 
 
 def split_plan(rows: int, width: int, sms: int, smem_per_sm: int, cluster: Optional[int] = None,
-               buf: Optional[int] = None, solo_max: Optional[int] = None) -> Optional[SplitPlan]:
+               buf: Optional[int] = None, solo_max: Optional[int] = None,
+               ordered: bool = True) -> Optional[SplitPlan]:
     """The split plan for R rows of W columns (host ints only), or None when the leader's
-    bitmaps leave less than SOLO_BUF_MIN words of buffer (W above ~700K). Cluster sizes as
-    the few-rows table (FEW_ROWS); two CTAs a multiprocessor when the grid needs them."""
+    bitmaps leave less than SOLO_BUF_MIN words of buffer (``ordered`` and W above ~700K; the
+    unordered plan has no bitmaps and fits every width). Cluster sizes as the few-rows table
+    (FEW_ROWS); two CTAs a multiprocessor when the grid needs them."""
     if cluster is None:
         cluster = next(c for r, c in FEW_ROWS if rows <= r)
         while cluster > 1 and (rows * cluster > 2 * sms or _ceil(width, cluster) < MIN_SLICE):
@@ -137,7 +142,9 @@ def split_plan(rows: int, width: int, sms: int, smem_per_sm: int, cluster: Optio
     if not 1 <= cluster <= MAX_CLUSTER or cluster & (cluster - 1):
         raise ValueError(f"cluster: expected a power of two in [1, {MAX_CLUSTER}], got {cluster}")
     per_sm = 1 if rows * cluster <= sms else 2
-    layout = _solo_layout(width, smem_per_sm // per_sm, buf, SPLIT_BUF_MAX)
+    # unordered: the whole room (no bitmaps), so that a row of L = 1M keeps its ~7K keys under
+    # the bound with a wide margin (a row that overflows falls back to the leader alone)
+    layout = _solo_layout(width, smem_per_sm // per_sm, buf, SPLIT_BUF_MAX if ordered else 1 << 30, ordered)
     if layout is None:
         return None
     buf, words = layout
@@ -225,16 +232,16 @@ def _smem_per_sm(index: int) -> int:
 
 
 @functools.lru_cache(maxsize=None)
-def _plan(rows: int, width: int, index: int):
+def _plan(rows: int, width: int, index: int, ordered: bool = True):
     """The default plan: ``topk_solo`` for more than SOLO_ROWS rows, ``topk_split`` for up
-    to SPLIT_ROWS (each when its bitmaps fit the width), else the cluster plan of
-    :func:`make_plan`."""
+    to SPLIT_ROWS (each when its bitmaps fit the width: always when not ``ordered``, whose
+    plans have none), else the cluster plan of :func:`make_plan`."""
     sms, smem = _device_facts(index)
     alt = None
     if rows > SOLO_ROWS:
-        alt = solo_plan(width, _smem_per_sm(index))
+        alt = solo_plan(width, _smem_per_sm(index), ordered=ordered)
     elif rows <= SPLIT_ROWS:
-        alt = split_plan(rows, width, sms, _smem_per_sm(index))
+        alt = split_plan(rows, width, sms, _smem_per_sm(index), ordered=ordered)
     return alt if alt is not None else make_plan(rows, width, sms, smem)
 
 
@@ -291,7 +298,10 @@ def launch(logits: Tensor, lens: Tensor, starts: Tensor, ends: Tensor, mode: int
     if rows == 0:
         return
     index = logits.device.index
-    p = plan or _plan(rows, width, index)
+    p = plan or _plan(rows, width, index, ordered)
+    if ordered and isinstance(p, (SoloPlan, SplitPlan)) and 32 * p.words < width:
+        raise ValueError(f"plan: the ordered emission needs column bitmaps of {_ceil(width, 32)} words for width "
+                         f"{width}, the plan has {p.words} (an unordered plan: pass ordered=False)")
     sms, _ = _device_facts(index)
     solo = isinstance(p, SoloPlan)
     split = isinstance(p, SplitPlan)
