@@ -400,7 +400,7 @@ def test_default_plans_at_serving_shapes(gen, rows, width, stable):
 
 @pytest.mark.gpu
 @needs_cuda
-@pytest.mark.parametrize("rows", [3, 80])
+@pytest.mark.parametrize("rows", [4, 80])
 def test_unordered_plans_take_a_million_columns(rows):
     """stable=False plans have no column bitmaps, so W = 1M takes topk_split (up to 64 rows)
     or topk_solo (more), not the cluster plan: rows up to L = W (twice the sample past
@@ -411,7 +411,7 @@ def test_unordered_plans_take_a_million_columns(rows):
     assert isinstance(plan, SplitPlan if rows <= topk.SPLIT_ROWS else SoloPlan) and plan.words == 0
     g = torch.Generator(device="cuda").manual_seed(rows)
     x = torch.randn(rows, width, device="cuda", generator=g)
-    cycle = [width, 999_999, 262_145, 300_001, 262_144, 131_072, 5000, 2048]
+    cycle = [width, 999_999, 262_145, 300_001, 262_144, 131_072, 5000, 2048] if rows > 4 else [999_999, width, 300_001, 262_145]
     lens = torch.tensor([cycle[i % len(cycle)] for i in range(rows)], dtype=torch.int32, device="cuda")
     x[1] = 0.25
     for r, big in ((2, 1e3), (3, -1e3)):  # the kernel's sample positions past SAMPLE_LONG (2048 of them)
