@@ -30,9 +30,6 @@
 #ifndef EMITV
 #define EMITV 1  // the emission's counting loop by 16-byte loads (0: one word a load; docs/benchmarks/cuda-variants.md run 14)
 #endif
-#ifndef ANY4
-#define ANY4 1  // emit_any: four kept keys a thread a step by 16-byte loads (0: one key a thread a step)
-#endif
 #define TAKE_ALL 0xFFFFFFFFu
 
 // Zero the four bins [4t, 4t + 4) this thread read in choose_bin_a2a (no other thread reads them).
@@ -273,30 +270,6 @@ __device__ __forceinline__ void emit_any(const u32* bkey, const u32* bcol, u32 n
                                          int* __restrict__ orow, Scalars& sc) {
     const bool all = need == TAKE_ALL;
     const u32 nlt = all ? (u32)k : (u32)k - need;
-    if (!ANY4) {  // run 15's emission: one key a thread a step, two ballots and two atomics a warp
-        const u32 lane = threadIdx.x & 31, below = lanemask_lt();
-        for (u32 b = 0; b < n; b += NT) {
-            const u32 j = b + threadIdx.x;
-            const bool ok = j < n;
-            const u32 key = ok ? bkey[j] : TAKE_ALL;
-            const bool lt = ok && (key < T || (all && key == T)), eq = ok && !all && key == T;
-            const u32 ml = __ballot_sync(0xFFFFFFFFu, lt), me = __ballot_sync(0xFFFFFFFFu, eq);
-            u32 pl = 0, pe = 0;
-            if (lane == 0) {
-                if (ml) pl = atomicAdd(&sc.slot[0], (u32)__popc(ml));
-                if (me) pe = atomicAdd(&sc.slot[1], (u32)__popc(me));
-            }
-            pl = __shfl_sync(0xFFFFFFFFu, pl, 0);
-            pe = __shfl_sync(0xFFFFFFFFu, pe, 0);
-            if (lt) {
-                orow[pl + __popc(ml & below)] = direct ? (int)j : (int)bcol[j];
-            } else if (eq) {
-                const u32 t = pe + __popc(me & below);
-                if (t < need) orow[nlt + t] = direct ? (int)j : (int)bcol[j];
-            }
-        }
-        return;
-    }
     for (u32 b = 0; b < n; b += 4 * NT) {
         const u32 j = b + 4 * threadIdx.x;
         u32 ml = 0u, me = 0u;

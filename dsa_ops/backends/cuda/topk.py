@@ -44,6 +44,11 @@ SOLO_ROWS = 64  # more rows than this: topk_solo, one CTA a row (decode and pref
 SOLO_BUF_MIN, SOLO_BUF_MAX = 8192, 32768  # solo: words of the key buffer (sampled rows keep half as many)
 SHARED_RESERVED = 1024  # shared memory the hardware keeps a CTA (sm_90)
 SPLIT_BUF_MAX = 16384  # split, ordered: words of the leader's buffer (at most half as many kept keys)
+# Unordered plans (no bitmaps): the split's buffer, and solo's up to W = SAMPLE_LONG / beyond.
+# More shared memory than this costs L1 (H100 run 16: split 53504 words +0.3-1.3 us at 16 / 64
+# rows; solo 24320 words: prefill C = 128K 4.05 ms against 3.69 at 16128).
+SPLIT_BUF_ANY = 32768  # 16384 kept keys: L = 1M keeps about 7K under the 2048-key sample
+SOLO_BUF_ANY, SOLO_BUF_ANY_WIDE, SAMPLE_LONG = 16384, 32768, 262144
 SPLIT_ROWS = 64  # up to this many rows topk_split is the default plan (docs/cuda-kernel.md §4.3)
 
 
@@ -106,7 +111,8 @@ def solo_plan(width: int, smem_per_sm: int, buf: Optional[int] = None, ordered: 
     """The solo plan for rows of ``width`` columns with two CTAs a multiprocessor, or None
     when the bitmaps leave less than SOLO_BUF_MIN words of buffer (``ordered`` and W above
     ~250K; the unordered plan has no bitmaps and fits every width)."""
-    layout = _solo_layout(width, smem_per_sm // 2, buf, SOLO_BUF_MAX, ordered)
+    most = SOLO_BUF_MAX if ordered else SOLO_BUF_ANY if width <= SAMPLE_LONG else SOLO_BUF_ANY_WIDE
+    layout = _solo_layout(width, smem_per_sm // 2, buf, most, ordered)
     return None if layout is None else SoloPlan(*layout)
 
 
@@ -142,9 +148,9 @@ def split_plan(rows: int, width: int, sms: int, smem_per_sm: int, cluster: Optio
     if not 1 <= cluster <= MAX_CLUSTER or cluster & (cluster - 1):
         raise ValueError(f"cluster: expected a power of two in [1, {MAX_CLUSTER}], got {cluster}")
     per_sm = 1 if rows * cluster <= sms else 2
-    # unordered: the whole room (no bitmaps), so that a row of L = 1M keeps its ~7K keys under
-    # the bound with a wide margin (a row that overflows falls back to the leader alone)
-    layout = _solo_layout(width, smem_per_sm // per_sm, buf, SPLIT_BUF_MAX if ordered else 1 << 30, ordered)
+    # unordered: no bitmaps, and room for a row of L = 1M (its ~7K keys under the bound, with a
+    # wide margin; a row that overflows falls back to the leader alone)
+    layout = _solo_layout(width, smem_per_sm // per_sm, buf, SPLIT_BUF_MAX if ordered else SPLIT_BUF_ANY, ordered)
     if layout is None:
         return None
     buf, words = layout
