@@ -267,6 +267,14 @@ def _prefill(chunk: int, variants: list[str], reps: int, others: list[str]) -> l
     return recs
 
 
+PASSED = ("ok", "ok (any order)", "differs (not exact)", "differs")  # "differs": a backend not held to bytes
+
+
+def all_ok(recs: list[dict]) -> bool:
+    """Every timed output passed its check (a FAIL from any variant fails the run)."""
+    return all(r["check"] in PASSED for r in recs)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", default="cuda-variants.json")
@@ -298,7 +306,7 @@ def main(argv=None) -> int:
     meta = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "seconds": round(time.time() - t0, 1)}
     with open(a.out, "w") as f:
         json.dump({"meta": meta, "records": recs}, f, indent=1)
-    return 0 if all(r["check"] in ("ok", "differs (not exact)", "differs") for r in recs) else 1
+    return 0 if all_ok(recs) else 1
 
 
 if __name__ == "__main__":
