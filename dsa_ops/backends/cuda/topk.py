@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import re
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,11 +45,11 @@ SOLO_ROWS = 64  # more rows than this: topk_solo, one CTA a row (decode and pref
 SOLO_BUF_MIN, SOLO_BUF_MAX = 8192, 32768  # solo: words of the key buffer (sampled rows keep half as many)
 SHARED_RESERVED = 1024  # shared memory the hardware keeps a CTA (sm_90)
 SPLIT_BUF_MAX = 16384  # split, ordered: words of the leader's buffer (at most half as many kept keys)
-# Unordered plans (no bitmaps): the split's buffer, and solo's up to W = SAMPLE_LONG / beyond.
-# More shared memory than this costs L1 (H100 run 16: split 53504 words +0.3-1.3 us at 16 / 64
-# rows; solo 24320 words: prefill C = 128K 4.05 ms against 3.69 at 16128).
+# Unordered plans (no bitmaps): the split's buffer, and solo's up to W = SAMPLE_LONG (beyond:
+# SOLO_BUF_MAX). More shared memory than this costs L1 (H100 run 16: split 53504 words
+# +0.3-1.3 us at 16 / 64 rows; solo 24320 words: prefill C = 128K 4.05 ms against 3.69 at 16128).
 SPLIT_BUF_ANY = 32768  # 16384 kept keys: L = 1M keeps about 7K under the 2048-key sample
-SOLO_BUF_ANY, SOLO_BUF_ANY_WIDE, SAMPLE_LONG = 16384, 32768, 262144
+SOLO_BUF_ANY = 16384
 SPLIT_ROWS = 64  # up to this many rows topk_split is the default plan (docs/cuda-kernel.md §4.3)
 
 
@@ -111,7 +112,7 @@ def solo_plan(width: int, smem_per_sm: int, buf: Optional[int] = None, ordered: 
     """The solo plan for rows of ``width`` columns with two CTAs a multiprocessor, or None
     when the bitmaps leave less than SOLO_BUF_MIN words of buffer (``ordered`` and W above
     ~250K; the unordered plan has no bitmaps and fits every width)."""
-    most = SOLO_BUF_MAX if ordered else SOLO_BUF_ANY if width <= SAMPLE_LONG else SOLO_BUF_ANY_WIDE
+    most = SOLO_BUF_MAX if ordered or width > SAMPLE_LONG else SOLO_BUF_ANY
     layout = _solo_layout(width, smem_per_sm // 2, buf, most, ordered)
     return None if layout is None else SoloPlan(*layout)
 
@@ -223,6 +224,17 @@ def _source() -> str:
 
 
 _PROGRAM = Program("dsa_ops_topk", _source())
+
+
+def _define(name: str) -> int:
+    """The default of a ``#define NAME <int>`` of the program (one value for host and kernel)."""
+    m = re.search(rf"^#define {name} (\d+)", _PROGRAM.source, re.MULTILINE)
+    if m is None:
+        raise RuntimeError(f"topk.py: the kernel source defines no {name}")
+    return int(m.group(1))
+
+
+SAMPLE_LONG = _define("SAMPLE_LONG")  # solo.cu: rows longer than this take twice the sample
 
 
 @functools.lru_cache(maxsize=None)
