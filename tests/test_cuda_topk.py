@@ -424,6 +424,28 @@ def test_unordered_plans_take_a_million_columns(rows):
 
 @pytest.mark.gpu
 @needs_cuda
+@pytest.mark.parametrize("kind", ["randn", "ties", "specials"])
+@pytest.mark.parametrize("stable", [True, False])
+def test_batched_keep_on_both_sides_of_its_threshold(gen, kind, stable):
+    """topk_split's keep_slice reads slices of KEEPB_MIN keys or more in batches (one warp
+    scan a batch) and shorter ones a 16-byte chunk at a time: two CTAs a row, each CTA's
+    slice on either side of the threshold, with 0-3 keys past the last 16-byte chunk, a
+    buffer just big enough and one that overflows (slots past the buffer counted, not
+    written: the fallback)."""
+    t, k, rows = topk.KEEPB_MIN, 2048, 12
+    width = 2 * t + 64
+    lens = torch.tensor([t - 4, t - 1, t, t + 1, t + 3, 2 * t - 8, 2 * t, 2 * t + 2, 2 * t + 7, width, width - 1, t + 2],
+                        dtype=torch.int32).cuda()
+    x = make_logits(gen, rows, width, kind).cuda()
+    for plan in (split_plan(rows, width, 132, H200_SM, cluster=2, solo_max=0),
+                 split_plan(rows, width, 132, H200_SM, cluster=2, buf=4 * k + 8, solo_max=0),
+                 split_plan(rows, width, 132, H200_SM, cluster=2, buf=64, solo_max=0)):
+        got = _run_decode(x, lens, k, plan=plan, stable=stable)
+        _check_decode(got, x, lens, k, stable, f"{kind} around KEEPB_MIN={t} {plan}")
+
+
+@pytest.mark.gpu
+@needs_cuda
 @pytest.mark.parametrize("next_n", [2, 4])
 def test_per_request_lengths_and_int_min(gen, next_n):
     rows = 8 * next_n

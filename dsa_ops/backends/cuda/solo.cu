@@ -359,10 +359,8 @@ __device__ __forceinline__ void finish_row(const float* __restrict__ x, int L, i
             return;
         }
         visit_row(x, 0, L, [&](int i, bool ok, uint4 q) {
-            const u32 ml = (u32)(ok && q.x < T) | (u32)(ok && q.y < T) << 1 | (u32)(ok && q.z < T) << 2 |
-                           (u32)(ok && q.w < T) << 3;
-            const u32 me = (u32)(ok && q.x == T) | (u32)(ok && q.y == T) << 1 | (u32)(ok && q.z == T) << 2 |
-                           (u32)(ok && q.w == T) << 3;
+            u32 ml, me;  // keys == T all go to beq: the emission takes the first `need` of them
+            win_masks(q, ok ? 4u : 0u, T, false, ml, me);
             if (ml) atomicOr(blt + (i >> 5), ml << (i & 31));
             if (me) atomicOr(beq + (i >> 5), me << (i & 31));
         }, [&](int i, bool ok, u32 key) {
@@ -407,7 +405,7 @@ __device__ __forceinline__ void solo_row(const float* __restrict__ x, int L, int
     } else {
         const u32 tau = sample_tau(x, L, k, h2, sc);
         STAMP(2);
-        visit_row(x, 0, L, [&](int i, bool ok, uint4 q) {
+        visit_row(x, 0, L, [&](int i, bool ok, uint4 q) {  // not batched: split.cu's keep_slice
             keep4(ok && q.x <= tau, ok && q.y <= tau, ok && q.z <= tau, ok && q.w <= tau, q, i, bkey, bcol, cap, h,
                   &sc.cnt);
         }, [&](int i, bool ok, u32 key) {

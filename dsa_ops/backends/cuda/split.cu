@@ -1,6 +1,6 @@
 // dsa_ops backend `cuda`: one row split over a thread-block cluster under one sampled bound
 // (docs/cuda-kernel.md §4.3), for decode batches of up to 64 rows. Compiled as one program
-// with topk.cu and solo.cu (appended after them; uses sample_tau, keep4, finish_row,
+// with topk.cu and solo.cu (appended after them; uses sample_tau, keep4, visit_row, finish_row,
 // solo_row, row_window, the cluster helpers).
 //
 // - Every CTA of the row's cluster computes the same bound tau from the same sample of the
@@ -29,6 +29,108 @@ __device__ __forceinline__ void prefetch_first(const float* __restrict__ x, int 
     for (int u = 0; u < U4; ++u) {
         const int j = u * NT + (int)threadIdx.x;
         if (j < nf && (j & 7) == 0) asm volatile("prefetch.global.L2 [%0];" ::"l"(x + lo + 4 * j));
+    }
+}
+
+#ifndef KEEPB_MIN
+#define KEEPB_MIN 49152  // keep_slice batches slices of at least this many keys (run 17; topk.py reads it)
+#endif
+#ifndef KEEP_D
+#define KEEP_D 4  // keep_slice, batched: 16-byte loads a thread in a batch
+#endif
+#ifndef KEEP_PF
+#define KEEP_PF 1  // keep_slice, batched: batches ahead whose lines are asked of L2 (0: none)
+#endif
+
+// Ask L2 for the 128-byte lines of batch b (KEEP_D 16-byte chunks a thread) of keep_slice's
+// nf chunks at p.
+__device__ __forceinline__ void prefetch_batch(const float4* p, int nf, int b) {
+#pragma unroll
+    for (int u = 0; u < KEEP_D; ++u) {
+        const int j = (b * KEEP_D + u) * NT + (int)threadIdx.x;
+        if (j < nf && (j & 7) == 0) asm volatile("prefetch.global.L2 [%0];" ::"l"(p + j));
+    }
+}
+
+// Keep the keys <= tau of this CTA's slice [lo, hi) of row x (window-relative columns) with
+// their columns, at slots reserved from *cnt as keep4 does (CL: a cluster-scope atomic, the
+// leader's count; slots past cap counted, not written). Called by whole CTAs.
+// - Slices of KEEPB_MIN keys or more (16-byte aligned) are read in batches: a thread loads
+//   KEEP_D 16-byte chunks, asks L2 for the next batch's lines, and one warp scan and one
+//   shared atomic a warp reserve the whole batch's slots (fewer instructions a key: the
+//   read of a long slice by many CTAs is bandwidth-bound): 64 x 128K (two CTAs a row, 64K
+//   keys each) 39.8 against 40.8 us.
+// - Shorter slices take keep4 a chunk through visit_row, which looks at each chunk as soon
+//   as it arrives (their read is latency-bound): batching them lost 0.2-0.8 us. solo_row
+//   reads unbatched at every length: batched, prefill C = 64K / 128K moved +4 % / -3..+2 %
+//   between runs (docs/benchmarks/cuda-variants.md run 17).
+template <bool CL>
+__device__ __forceinline__ void keep_slice(const float* __restrict__ x, int lo, int hi, u32 tau, u32* bkey, u32* bcol,
+                                           u32 cap, u32* cnt) {
+    const int n = hi - lo;
+    if (n < KEEPB_MIN || (reinterpret_cast<unsigned long long>(x + lo) & 15) != 0) {
+        visit_row(x, lo, hi, [&](int i, bool ok, uint4 q) {
+            keep4<CL>(ok && q.x <= tau, ok && q.y <= tau, ok && q.z <= tau, ok && q.w <= tau, q, i, bkey, bcol, cap,
+                      nullptr, cnt);
+        }, [&](int i, bool ok, u32 key) {
+            keep4<CL>(ok && key <= tau, 0u, 0u, 0u, make_uint4(key, 0u, 0u, 0u), i, bkey, bcol, cap, nullptr, cnt);
+        });
+        return;
+    }
+    const float4* p = reinterpret_cast<const float4*>(x + lo);
+    const int nf = n >> 2;
+    const u32 lane = threadIdx.x & 31;
+    for (int b = 1; b < KEEP_PF; ++b) prefetch_batch(p, nf, b);  // batch 0 is loaded at once
+    for (int base = 0; base < nf; base += NT * KEEP_D) {  // the same trip count in every thread
+        float4 v[KEEP_D];
+#pragma unroll
+        for (int u = 0; u < KEEP_D; ++u) {
+            const int j = base + u * NT + (int)threadIdx.x;
+            v[u] = j < nf ? __ldg(p + j) : make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+        if (KEEP_PF) prefetch_batch(p, nf, base / (NT * KEEP_D) + KEEP_PF);
+        uint4 q[KEEP_D];
+        u32 m[KEEP_D], c = 0;
+#pragma unroll
+        for (int u = 0; u < KEEP_D; ++u) {
+            const bool ok = base + u * NT + (int)threadIdx.x < nf;
+            q[u] = make_uint4(order_key(v[u].x), order_key(v[u].y), order_key(v[u].z), order_key(v[u].w));
+            m[u] = (u32)(ok && q[u].x <= tau) | (u32)(ok && q[u].y <= tau) << 1 | (u32)(ok && q[u].z <= tau) << 2 |
+                   (u32)(ok && q[u].w <= tau) << 3;
+            c += __popc(m[u]);
+        }
+        if (__ballot_sync(0xFFFFFFFFu, c != 0) == 0) continue;
+        u32 incl = c;
+#pragma unroll
+        for (int s = 1; s < 32; s <<= 1) {
+            const u32 y = __shfl_up_sync(0xFFFFFFFFu, incl, s);
+            if (lane >= (u32)s) incl += y;
+        }
+        u32 at = 0;
+        if (lane == 31) at = CL ? atomic_add_cluster(cnt, incl) : atomicAdd(cnt, incl);
+        at = __shfl_sync(0xFFFFFFFFu, at, 31) + incl - c;
+#pragma unroll
+        for (int u = 0; u < KEEP_D; ++u) {
+            if (m[u] == 0u) continue;
+            const u32 i = (u32)(lo + 4 * (base + u * NT + (int)threadIdx.x));
+            const u32 key[4] = {q[u].x, q[u].y, q[u].z, q[u].w};
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                if ((m[u] >> e) & 1u) {
+                    if (at < cap) {
+                        bkey[at] = key[e];
+                        bcol[at] = i + (u32)e;
+                    }
+                    ++at;
+                }
+            }
+        }
+    }
+    if (threadIdx.x < 32) {  // the last 0-3 keys, by warp 0
+        const int i = lo + 4 * nf + (int)lane;
+        const bool ok = i < hi;
+        const u32 key = ok ? order_key(__ldg(x + i)) : 0u;
+        keep4<CL>(ok && key <= tau, 0u, 0u, 0u, make_uint4(key, 0u, 0u, 0u), i, bkey, bcol, cap, nullptr, cnt);
     }
 }
 
@@ -74,30 +176,19 @@ extern "C" __global__ void __launch_bounds__(NT, 2) topk_split(
         sc.cnt = 0;
         sc.kr = (u32)k;
     }
-    __syncthreads();   // the counts and sc are set before this CTA's atomics (sample_tau's, keep4's)
+    __syncthreads();   // the counts and sc are set before this CTA's atomics (sample_tau's, keep_slice's)
     cluster_arrive();  // the leader's count is zero before any CTA adds to it (waited on below)
 
     const u32 tau = sample_tau(x, L, k, h2, sc);
     STAMP(2);
     if (rank == 0) {  // the leader keeps straight into its buffer, through the shared count
-        visit_row(x, lo, hi, [&](int i, bool ok, uint4 q) {
-            keep4<true>(ok && q.x <= tau, ok && q.y <= tau, ok && q.z <= tau, ok && q.w <= tau, q, i, bkey, bcol,
-                        cap, nullptr, &sc.cnt);
-        }, [&](int i, bool ok, u32 key) {
-            keep4<true>(ok && key <= tau, 0u, 0u, 0u, make_uint4(key, 0u, 0u, 0u), i, bkey, bcol, cap,
-                        nullptr, &sc.cnt);
-        });
+        keep_slice<true>(x, lo, hi, tau, bkey, bcol, cap, &sc.cnt);
         STAMP(6);
         cluster_wait();
         cluster_arrive();
         cluster_wait();  // every CTA's keys are in the buffer, and the count is final
     } else {
-        visit_row(x, lo, hi, [&](int i, bool ok, uint4 q) {
-            keep4(ok && q.x <= tau, ok && q.y <= tau, ok && q.z <= tau, ok && q.w <= tau, q, i, bkey, bcol, cap,
-                  nullptr, &sc.cnt);
-        }, [&](int i, bool ok, u32 key) {
-            keep4(ok && key <= tau, 0u, 0u, 0u, make_uint4(key, 0u, 0u, 0u), i, bkey, bcol, cap, nullptr, &sc.cnt);
-        });
+        keep_slice<false>(x, lo, hi, tau, bkey, bcol, cap, &sc.cnt);
         STAMP(6);
         __syncthreads();  // this CTA's count is final
         cluster_wait();   // the leader has started (its count is zero)

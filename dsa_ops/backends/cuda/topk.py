@@ -235,6 +235,7 @@ def _define(name: str) -> int:
 
 
 SAMPLE_LONG = _define("SAMPLE_LONG")  # solo.cu: rows longer than this take twice the sample
+KEEPB_MIN = _define("KEEPB_MIN")  # split.cu: keep_slice reads slices of this many keys or more in batches
 
 
 @functools.lru_cache(maxsize=None)
