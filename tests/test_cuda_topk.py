@@ -104,7 +104,11 @@ def test_split_plan_shapes(rows, width, want):
     p = split_plan(rows, width, H200["sms"], H200_SM)
     assert p == want
     any_order = split_plan(rows, width, H200["sms"], H200_SM, ordered=False)  # stable=False: no bitmaps
-    assert any_order.words == 0 and any_order.buf == topk.SPLIT_BUF_ANY
+    # up to W = SAMPLE_LONG half of the unordered buffer is the bulk copy's stage
+    staged = width <= topk.SAMPLE_LONG
+    assert any_order.words == 0 and any_order.buf + any_order.stage == topk.SPLIT_BUF_ANY
+    assert any_order.stage == (topk.SPLIT_STAGE if staged else 0)
+    assert p is None or p.stage == 0  # the ordered plans stage nothing
     assert any_order.cluster == (p.cluster if p is not None else 16)
     if p is not None:
         assert p.words * 32 >= width and p.buf % 8 == 0 and p.solo_max <= p.buf
@@ -156,6 +160,15 @@ def test_split_plan_overrides_and_refusals():
         split_plan(3, 5000, 132, H200_SM, buf=10**6)
     with pytest.raises(ValueError, match="solo_max"):
         split_plan(3, 5000, 132, H200_SM, buf=64, solo_max=65)
+    staged = split_plan(3, 5000, 132, H200_SM, cluster=2, buf=64, solo_max=0, stage=1024)
+    assert staged == SplitPlan(2, 64, 160, 0, 1024) and staged.shared == 4 * (2 * 2048 + 2 * 160 + 64 + 1024)
+    for bad in (-8, 3, 12):
+        with pytest.raises(ValueError, match="stage: expected a multiple of 8"):
+            split_plan(3, 5000, 132, H200_SM, stage=bad)
+    with pytest.raises(ValueError, match="stage: 60000 words leave less than"):
+        split_plan(3, 5000, 132, H200_SM, stage=60000)
+    # two CTAs a multiprocessor leave no room for a stage: none by default
+    assert split_plan(64, 133120, 132, H200_SM, cluster=4, ordered=False).stage == 0
 
 
 def test_backend_is_registered_and_explains_itself():
@@ -446,6 +459,32 @@ def test_batched_keep_on_both_sides_of_its_threshold(gen, kind, stable):
 
 @pytest.mark.gpu
 @needs_cuda
+@pytest.mark.parametrize("kind", ["randn", "ties", "specials"])
+@pytest.mark.parametrize("stable", [True, False])
+def test_slices_staged_by_the_bulk_copy(gen, kind, stable):
+    """topk_split with a stage: each CTA's slice (its first 4 x (stage / 4) keys) lands in
+    shared memory through the bulk copy engine and the rest is read directly. Slices shorter
+    than, as long as and longer than the stage, with 0-3 keys past the last 16-byte chunk;
+    rows whose slices are not 16-byte aligned (row pitch W + 3: not staged); slices of
+    KEEPB_MIN keys or more (read in batches, not staged); a buffer that overflows."""
+    k, rows, st = 2048, 12, 1024
+    width = 2 * topk.KEEPB_MIN + 64
+    lens = torch.tensor([2 * st - 8, 2 * st, 2 * st + 4, 2 * st + 7, 2 * st + 9, 4 * st + 3, 9000, 30001,
+                         2 * topk.KEEPB_MIN - 8, 2 * topk.KEEPB_MIN, width, k + 1], dtype=torch.int32).cuda()
+    x = make_logits(gen, rows, width, kind).cuda()
+    big = torch.full((rows, width + 3), float("nan"), device="cuda")
+    big[:, :width] = x
+    odd = big[:, :width]  # row pitch W + 3: every other row starts off a 16-byte boundary
+    for cluster, buf, stage in ((2, None, st), (4, None, st), (2, None, 16384), (2, 4 * k + 8, 2 * st)):
+        plan = split_plan(rows, width, 132, H200_SM, cluster=cluster, buf=buf, solo_max=0, ordered=stable,
+                          stage=stage)
+        for data in (x, odd):
+            got = _run_decode(data, lens, k, plan=plan, stable=stable)
+            _check_decode(got, data, lens, k, stable, f"{kind} staged {plan} pitch {data.stride(0)}")
+
+
+@pytest.mark.gpu
+@needs_cuda
 @pytest.mark.parametrize("next_n", [2, 4])
 def test_per_request_lengths_and_int_min(gen, next_n):
     rows = 8 * next_n
@@ -603,13 +642,14 @@ def test_prepared_launch_refills_its_arguments(monkeypatch):
     run(1000, 5000, 4999, 1001, 1002, 1003, 2, 1, 2048, 1004, 16000, 4160, 0, None)
     assert seen == [(78, (300, 1, 1), (topk.THREADS, 1, 1), solo.shared,
                      [1000, 5000, 4999, 1001, 1002, 1003, 2, 1, 2048, 1004, 16000, 4160, 0, None])]
-    split = SplitPlan(8, 16384, 4160, 12288)
+    split = SplitPlan(8, 16384, 0, 12288, 16384)
+    assert split.shared == 4 * (2 * 2048 + 16384 + 16384)  # the stage after the buffer
     run = topk._Launch(Function("h", 79, 0, "sm_90a", 232448), 64, split, 0)
     seen.clear()
     types[0] = topk._Launch._SPLIT_TYPES
-    run(1000, 5000, 4999, 1001, 1002, 1003, 0, 1, 2048, 1004, 8, 16384, 4160, 12288, 1, None)
+    run(1000, 5000, 4999, 1001, 1002, 1003, 0, 1, 2048, 1004, 8, 16384, 0, 12288, 0, 16384, None)
     assert seen == [(79, (64, 1, 1), (topk.THREADS, 1, 1), split.shared,
-                     [1000, 5000, 4999, 1001, 1002, 1003, 0, 1, 2048, 1004, 8, 16384, 4160, 12288, 1, None])]
+                     [1000, 5000, 4999, 1001, 1002, 1003, 0, 1, 2048, 1004, 8, 16384, 0, 12288, 0, 16384, None])]
     with pytest.raises(ValueError, match="shared memory"):
         topk._Launch(Function("f", 77, 0, "sm_90a", 1024), 12, plan, 0)
 

@@ -5,7 +5,7 @@ Decode: CUDA-graph replay of one call, L2 flushed before every replay, median of
 every timed output is first checked against the stable reference (the ``cuda`` kernel must
 match it byte for byte; a ``+any`` variant, the unordered emission of ``stable=False``, must
 conform to the contract: dsa_ops.testing). Prefill: one 16384-row causal chunk per C, eager
-medians. Variants are ``cluster:stage_keys`` plans, ``solo[:BUF]``, ``split[:C[:BUF[:M]]]``
+medians. Variants are ``cluster:stage_keys`` plans, ``solo[:BUF]``, ``split[:C[:BUF[:M[:STAGE]]]]``
 (``auto`` = the default plan), each optionally ``+any`` (ordered=False) and ``@NAME=V;...``
 (source defines).
 
@@ -44,7 +44,8 @@ def _program(defines: str):
 def _plan(spec: str, rows: int, width: int):
     """``auto[:M]``, ``C:S[:M]`` (cluster, stage keys or auto; M: rows up to M columns are
     selected by CTA 0 alone), ``cluster`` (the cluster kernel's default plan), ``solo[:BUF]``
-    (one CTA a row) or ``split[:C[:BUF[:M]]]`` (a row over a cluster under a sampled bound),
+    (one CTA a row) or ``split[:C[:BUF[:M[:STAGE]]]]`` (a row over a cluster under a sampled bound;
+    STAGE: words for the slice's bulk copy),
     optionally ``@DEFINES``."""
     import dataclasses
 
@@ -62,11 +63,11 @@ def _plan(spec: str, rows: int, width: int):
     if spec == "cluster":  # the cluster kernel's default plan (topk.cu alone)
         sms, smem = topk._device_facts(dev)
         return topk.make_plan(rows, width, sms, smem), _program(defines)
-    if spec.startswith("split"):  # split[:C[:BUF[:M]]]
+    if spec.startswith("split"):  # split[:C[:BUF[:M[:STAGE]]]]
         sms, _ = topk._device_facts(dev)
-        c, b, m = (spec.split(":")[1:] + ["", "", ""])[:3]
+        c, b, m, st = (spec.split(":")[1:] + ["", "", "", ""])[:4]
         plan = topk.split_plan(rows, width, sms, topk._smem_per_sm(dev), int(c) if c else None,
-                               int(b) if b else None, int(m) if m else None, ordered)
+                               int(b) if b else None, int(m) if m else None, ordered, int(st) if st else None)
         if plan is None:
             raise SystemExit(f"split: no plan fits width {width}")
         return plan, _program(defines)

@@ -38,12 +38,11 @@ __device__ __forceinline__ void clear_own(u32* h) {
 }
 
 // Keep the keys of four hits a..d (columns i..i+3) at slots reserved by one shared atomic a
-// warp (CL: a cluster-scope atomic, for the leader's count that other CTAs of the cluster
+// warp (cl: a cluster-scope atomic, for the leader's count that other CTAs of the cluster
 // add to too); every slot past cap is counted but not written. h (unless null) counts the
 // kept keys' first digits.
-template <bool CL = false>
 __device__ __forceinline__ void keep4(u32 a, u32 b, u32 c, u32 d, uint4 q, int i, u32* bkey, u32* bcol, u32 cap,
-                                      u32* h, u32* cnt) {
+                                      u32* h, u32* cnt, bool cl = false) {
     const u32 n = a + b + c + d;
     if (__ballot_sync(0xFFFFFFFFu, n != 0) == 0) return;
     const u32 lane = threadIdx.x & 31;
@@ -54,7 +53,7 @@ __device__ __forceinline__ void keep4(u32 a, u32 b, u32 c, u32 d, uint4 q, int i
         if (lane >= (u32)s) incl += y;
     }
     u32 p = 0;
-    if (lane == 31) p = CL ? atomic_add_cluster(cnt, incl) : atomicAdd(cnt, incl);
+    if (lane == 31) p = cl ? atomic_add_cluster(cnt, incl) : atomicAdd(cnt, incl);
     p = __shfl_sync(0xFFFFFFFFu, p, 31) + incl - n;
     const u32 key[4] = {q.x, q.y, q.z, q.w}, hit[4] = {a, b, c, d};
 #pragma unroll

@@ -5,7 +5,10 @@
 //
 // - Every CTA of the row's cluster computes the same bound tau from the same sample of the
 //   row (sample_tau is a pure function of the row), then reads its slice of the row once and
-//   keeps its keys <= tau with their columns in its own shared memory.
+//   keeps its keys <= tau with their columns in its own shared memory. With `stage` words
+//   (unordered plans up to W = SAMPLE_LONG), thread 0 first hands the slice (its first
+//   4 * (stage / 4) keys) to the bulk copy engine, which lands it in shared memory while the
+//   sample is read and chosen; the keep then reads shared memory (cuda-variants.md run 19).
 // - Each CTA reserves room in the leader's (CTA 0's) buffer with one cluster-scope atomic on
 //   the leader's count and copies its kept keys there (the leader keeps its own slice's keys
 //   straight into that buffer, through the same count).
@@ -53,7 +56,7 @@ __device__ __forceinline__ void prefetch_batch(const float4* p, int nf, int b) {
 }
 
 // Keep the keys <= tau of this CTA's slice [lo, hi) of row x (window-relative columns) with
-// their columns, at slots reserved from *cnt as keep4 does (CL: a cluster-scope atomic, the
+// their columns, at slots reserved from *cnt as keep4 does (cl: a cluster-scope atomic, the
 // leader's count; slots past cap counted, not written). Called by whole CTAs.
 // - Slices of KEEPB_MIN keys or more (16-byte aligned) are read in batches: a thread loads
 //   KEEP_D 16-byte chunks, asks L2 for the next batch's lines, and one warp scan and one
@@ -64,16 +67,15 @@ __device__ __forceinline__ void prefetch_batch(const float4* p, int nf, int b) {
 //   as it arrives (their read is latency-bound): batching them lost 0.2-0.8 us. solo_row
 //   reads unbatched at every length: batched, prefill C = 64K / 128K moved +4 % / -3..+2 %
 //   between runs (docs/benchmarks/cuda-variants.md run 17).
-template <bool CL>
 __device__ __forceinline__ void keep_slice(const float* __restrict__ x, int lo, int hi, u32 tau, u32* bkey, u32* bcol,
-                                           u32 cap, u32* cnt) {
+                                           u32 cap, u32* cnt, bool cl) {
     const int n = hi - lo;
     if (n < KEEPB_MIN || (reinterpret_cast<unsigned long long>(x + lo) & 15) != 0) {
         visit_row(x, lo, hi, [&](int i, bool ok, uint4 q) {
-            keep4<CL>(ok && q.x <= tau, ok && q.y <= tau, ok && q.z <= tau, ok && q.w <= tau, q, i, bkey, bcol, cap,
-                      nullptr, cnt);
+            keep4(ok && q.x <= tau, ok && q.y <= tau, ok && q.z <= tau, ok && q.w <= tau, q, i, bkey, bcol, cap,
+                  nullptr, cnt, cl);
         }, [&](int i, bool ok, u32 key) {
-            keep4<CL>(ok && key <= tau, 0u, 0u, 0u, make_uint4(key, 0u, 0u, 0u), i, bkey, bcol, cap, nullptr, cnt);
+            keep4(ok && key <= tau, 0u, 0u, 0u, make_uint4(key, 0u, 0u, 0u), i, bkey, bcol, cap, nullptr, cnt, cl);
         });
         return;
     }
@@ -107,7 +109,7 @@ __device__ __forceinline__ void keep_slice(const float* __restrict__ x, int lo, 
             if (lane >= (u32)s) incl += y;
         }
         u32 at = 0;
-        if (lane == 31) at = CL ? atomic_add_cluster(cnt, incl) : atomicAdd(cnt, incl);
+        if (lane == 31) at = cl ? atomic_add_cluster(cnt, incl) : atomicAdd(cnt, incl);
         at = __shfl_sync(0xFFFFFFFFu, at, 31) + incl - c;
 #pragma unroll
         for (int u = 0; u < KEEP_D; ++u) {
@@ -130,14 +132,59 @@ __device__ __forceinline__ void keep_slice(const float* __restrict__ x, int lo, 
         const int i = lo + 4 * nf + (int)lane;
         const bool ok = i < hi;
         const u32 key = ok ? order_key(__ldg(x + i)) : 0u;
-        keep4<CL>(ok && key <= tau, 0u, 0u, 0u, make_uint4(key, 0u, 0u, 0u), i, bkey, bcol, cap, nullptr, cnt);
+        keep4(ok && key <= tau, 0u, 0u, 0u, make_uint4(key, 0u, 0u, 0u), i, bkey, bcol, cap, nullptr, cnt, cl);
+    }
+}
+
+#define STAGE_CHUNK 32768u  // bytes a bulk copy instruction moves
+
+// Thread 0: start the bulk copy (the copy engine, async proxy) of nb bytes (a multiple of 16)
+// from global g to shared dst, completing on the mbarrier at bar.
+__device__ __forceinline__ void stage_start(u32* dst, const float* g, u32 nb, unsigned long long* bar) {
+    const u32 b = (u32)__cvta_generic_to_shared(bar), d = (u32)__cvta_generic_to_shared(dst);
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(b) : "memory");
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    asm volatile("{ .reg .b64 st; mbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1; }" ::"r"(b), "r"(nb)
+                 : "memory");
+    for (u32 o = 0; o < nb; o += STAGE_CHUNK)
+        asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                         d + o),
+                     "l"(reinterpret_cast<const char*>(g) + o), "r"(min(STAGE_CHUNK, nb - o)), "r"(b)
+                     : "memory");
+}
+
+// Wait until the bulk copy on the mbarrier at bar (phase 0) has landed.
+__device__ __forceinline__ void stage_wait(unsigned long long* bar) {
+    const u32 b = (u32)__cvta_generic_to_shared(bar);
+    u32 done = 0;
+    while (!done)
+        asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], 0; selp.u32 %0, 1, 0, p; }"
+                     : "=r"(done)
+                     : "r"(b)
+                     : "memory");
+}
+
+// keep_slice's keep over ns staged 16-byte chunks at shared address st (columns lo, lo + 4, ...).
+__device__ __forceinline__ void keep_staged(u32 st, int ns, int lo, u32 tau, u32* bkey, u32* bcol, u32 cap, u32* cnt,
+                                            bool cl) {
+    for (int base = 0; base < ns; base += NT) {  // the same trip count in every thread
+        const int j = base + (int)threadIdx.x;
+        const bool ok = j < ns;
+        float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (ok)
+            asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];"
+                         : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+                         : "r"(st + 16u * (u32)j));
+        const uint4 q = make_uint4(order_key(v.x), order_key(v.y), order_key(v.z), order_key(v.w));
+        keep4(ok && q.x <= tau, ok && q.y <= tau, ok && q.z <= tau, ok && q.w <= tau, q, lo + 4 * j, bkey, bcol, cap,
+              nullptr, cnt, cl);
     }
 }
 
 extern "C" __global__ void __launch_bounds__(NT, 2) topk_split(
     const float* __restrict__ logits, i64 pitch, int width, const int* __restrict__ lens,
     const int* __restrict__ starts, const int* __restrict__ ends, int mode, int next_n, int k,
-    int* __restrict__ out, int C, int buf, int words, int solo_max, int ordered,
+    int* __restrict__ out, int C, int buf, int words, int solo_max, int ordered, int stage,
     unsigned long long* __restrict__ dbg) {
     extern __shared__ __align__(16) u32 split_smem[];
     __shared__ Scalars sc;
@@ -168,7 +215,18 @@ extern "C" __global__ void __launch_bounds__(NT, 2) topk_split(
     u32* bcol = bkey + cap;
     const int ch = (int)(((((i64)L + C - 1) / C) + 3) & ~3LL);  // a multiple of 4: aligned slices
     const int lo = (int)min((i64)rank * ch, (i64)L), hi = (int)min((i64)lo + ch, (i64)L);
-    prefetch_first(x, lo, hi);
+    __shared__ __align__(8) unsigned long long stage_bar;
+    __shared__ int stage_n;  // read back after the sample (not held in registers through it)
+    {  // 16-byte chunks of the slice staged in the `stage` words after the buffer (slices of
+       // KEEPB_MIN keys or more are read in batches instead; unaligned rows are not staged)
+        const int ns = hi - lo < KEEPB_MIN && (reinterpret_cast<unsigned long long>(x + lo) & 15) == 0
+                           ? min((hi - lo) >> 2, stage >> 2) : 0;
+        if (ns == 0) prefetch_first(x, lo, hi);
+        if (threadIdx.x == 0) {
+            stage_n = ns;
+            if (ns > 0) stage_start(bkey + buf, x + lo, 16u * (u32)ns, &stage_bar);
+        }
+    }
     for (int b = threadIdx.x; b < 2 * BINS; b += NT) h[b] = 0;
     if (rank == 0 && ordered)  // the unordered plans have no bitmaps
         for (int b = threadIdx.x; b < (L + 31) >> 5; b += NT) blt[b] = beq[b] = 0;
@@ -181,15 +239,18 @@ extern "C" __global__ void __launch_bounds__(NT, 2) topk_split(
 
     const u32 tau = sample_tau(x, L, k, h2, sc);
     STAMP(2);
-    if (rank == 0) {  // the leader keeps straight into its buffer, through the shared count
-        keep_slice<true>(x, lo, hi, tau, bkey, bcol, cap, &sc.cnt);
-        STAMP(6);
+    const int ns = stage_n;
+    const u32 st = (u32)__cvta_generic_to_shared(bkey + buf);
+    if (ns > 0) stage_wait(&stage_bar);
+    // the leader keeps straight into its buffer, through its count, by cluster-scope atomics
+    keep_staged(st, ns, lo, tau, bkey, bcol, cap, &sc.cnt, rank == 0);
+    keep_slice(x, lo + 4 * ns, hi, tau, bkey, bcol, cap, &sc.cnt, rank == 0);
+    STAMP(6);
+    if (rank == 0) {
         cluster_wait();
         cluster_arrive();
         cluster_wait();  // every CTA's keys are in the buffer, and the count is final
     } else {
-        keep_slice<false>(x, lo, hi, tau, bkey, bcol, cap, &sc.cnt);
-        STAMP(6);
         __syncthreads();  // this CTA's count is final
         cluster_wait();   // the leader has started (its count is zero)
         if (threadIdx.x == 0) sc.off = atomic_add_remote(remote_addr(&sc.cnt, 0), sc.cnt);

@@ -49,6 +49,10 @@ SPLIT_BUF_MAX = 16384  # split, ordered: words of the leader's buffer (at most h
 # SOLO_BUF_MAX). More shared memory than this costs L1 (H100 run 16: split 53504 words
 # +0.3-1.3 us at 16 / 64 rows; solo 24320 words: prefill C = 128K 4.05 ms against 3.69 at 16128).
 SPLIT_BUF_ANY = 32768  # 16384 kept keys: L = 1M keeps about 7K under the 2048-key sample
+# Unordered split plans up to W = SAMPLE_LONG: the same shared memory as SPLIT_BUF_ANY, half of
+# it the stage the bulk copy engine lands a slice in during the sample (split.cu; H100 run 19:
+# -0.2..-0.8 us at most 32K / 128K points; a row of L <= 256K keeps at most ~5K keys).
+SPLIT_STAGE = 16384
 SOLO_BUF_ANY = 16384
 SPLIT_ROWS = 64  # up to this many rows topk_split is the default plan (docs/cuda-kernel.md §4.3)
 
@@ -128,20 +132,24 @@ class SplitPlan:
     buf: int
     words: int
     solo_max: int
+    stage: int = 0  # words after the buffer that the bulk copy engine lands a CTA's slice in
 
     @property
     def shared(self) -> int:
         """Dynamic shared memory a CTA (bytes)."""
-        return _solo_bytes(self.words, self.buf)
+        return _solo_bytes(self.words, self.buf + self.stage)
 
 
 def split_plan(rows: int, width: int, sms: int, smem_per_sm: int, cluster: Optional[int] = None,
                buf: Optional[int] = None, solo_max: Optional[int] = None,
-               ordered: bool = True) -> Optional[SplitPlan]:
+               ordered: bool = True, stage: Optional[int] = None) -> Optional[SplitPlan]:
     """The split plan for R rows of W columns (host ints only), or None when the leader's
     bitmaps leave less than SOLO_BUF_MIN words of buffer (``ordered`` and W above ~700K; the
     unordered plan has no bitmaps and fits every width). Cluster sizes as the few-rows table
-    (FEW_ROWS); two CTAs a multiprocessor when the grid needs them."""
+    (FEW_ROWS); two CTAs a multiprocessor when the grid needs them. ``stage`` (words, a
+    multiple of 8): room after the buffer for the slice's bulk copy; by default SPLIT_STAGE,
+    carved out of SPLIT_BUF_ANY, for unordered plans up to W = SAMPLE_LONG with one CTA a
+    multiprocessor, else none."""
     if cluster is None:
         cluster = next(c for r, c in FEW_ROWS if rows <= r)
         while cluster > 1 and (rows * cluster > 2 * sms or _ceil(width, cluster) < MIN_SLICE):
@@ -149,16 +157,26 @@ def split_plan(rows: int, width: int, sms: int, smem_per_sm: int, cluster: Optio
     if not 1 <= cluster <= MAX_CLUSTER or cluster & (cluster - 1):
         raise ValueError(f"cluster: expected a power of two in [1, {MAX_CLUSTER}], got {cluster}")
     per_sm = 1 if rows * cluster <= sms else 2
+    smem = smem_per_sm // per_sm
+    if stage is None:
+        staged = not ordered and width <= SAMPLE_LONG and per_sm == 1 and buf is None
+        stage = SPLIT_STAGE if staged else 0
+        if staged:
+            buf = SPLIT_BUF_ANY - SPLIT_STAGE
+    elif stage < 0 or stage % 8:
+        raise ValueError(f"stage: expected a multiple of 8 words >= 0, got {stage}")
     # unordered: no bitmaps, and room for a row of L = 1M (its ~7K keys under the bound, with a
     # wide margin; a row that overflows falls back to the leader alone)
-    layout = _solo_layout(width, smem_per_sm // per_sm, buf, SPLIT_BUF_MAX if ordered else SPLIT_BUF_ANY, ordered)
+    layout = _solo_layout(width, smem - 4 * stage, buf, SPLIT_BUF_MAX if ordered else SPLIT_BUF_ANY, ordered)
     if layout is None:
+        if stage:
+            raise ValueError(f"stage: {stage} words leave less than {SOLO_BUF_MIN} words of buffer for width {width}")
         return None
     buf, words = layout
     short = min(SOLO_SHORT, buf) if solo_max is None else int(solo_max)
     if not 0 <= short <= buf:
         raise ValueError(f"solo_max: expected 0..{buf} (the buffer), got {short}")
-    return SplitPlan(cluster, buf, words, short)
+    return SplitPlan(cluster, buf, words, short, stage)
 
 
 def _ceil(a: int, b: int) -> int:
@@ -282,7 +300,7 @@ class _Launch:
     _TYPES = (ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
               ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_int,
               ctypes.c_int, ctypes.c_void_p)  # ..., C, stage_keys, cand_keys, solo_max, dbg
-    _SPLIT_TYPES = _TYPES[:14] + (ctypes.c_int, ctypes.c_void_p)  # ..., C, buf, words, solo_max, ordered, dbg
+    _SPLIT_TYPES = _TYPES[:14] + (ctypes.c_int, ctypes.c_int, ctypes.c_void_p)  # ..., solo_max, ordered, stage, dbg
     _SOLO_TYPES = _TYPES[:10] + (ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_void_p)  # ..., buf, words, ordered, dbg
 
     def __init__(self, fn: Function, grid: int, plan, stream: int) -> None:
@@ -334,7 +352,7 @@ def launch(logits: Tensor, lens: Tensor, starts: Tensor, ends: Tensor, mode: int
         run = _LAUNCHES[key] = _Launch(fn, rows * p.cluster, p, stream)
     head = (logits.data_ptr(), logits.stride(0), width, lens.data_ptr(), starts.data_ptr(), ends.data_ptr(), mode,
             next_n, k, out.data_ptr())
-    tail = (p.buf, p.words, int(ordered)) if solo else (p.cluster, p.buf, p.words, p.solo_max, int(ordered)) \
+    tail = (p.buf, p.words, int(ordered)) if solo else (p.cluster, p.buf, p.words, p.solo_max, int(ordered), p.stage) \
         if split else (p.cluster, p.stage_keys, p.cand_keys, p.solo_max)
     run(*head, *tail, None if dbg is None else dbg.data_ptr())
 
