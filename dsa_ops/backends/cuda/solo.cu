@@ -37,24 +37,30 @@ __device__ __forceinline__ void clear_own(u32* h) {
     *reinterpret_cast<uint4*>(h + 4 * threadIdx.x) = make_uint4(0u, 0u, 0u, 0u);
 }
 
-// Keep the keys of four hits a..d (columns i..i+3) at slots reserved by one shared atomic a
-// warp (cl: a cluster-scope atomic, for the leader's count that other CTAs of the cluster
-// add to too); every slot past cap is counted but not written. h (unless null) counts the
-// kept keys' first digits.
-__device__ __forceinline__ void keep4(u32 a, u32 b, u32 c, u32 d, uint4 q, int i, u32* bkey, u32* bcol, u32 cap,
-                                      u32* h, u32* cnt, bool cl = false) {
-    const u32 n = a + b + c + d;
-    if (__ballot_sync(0xFFFFFFFFu, n != 0) == 0) return;
+// The first of the n slots this thread takes from *cnt: one inclusive warp scan, and one
+// atomic from lane 31 for the whole warp (cl: a cluster-scope atomic, for the leader's count
+// that other CTAs of the cluster add to too). Called by whole warps.
+__device__ __forceinline__ u32 warp_reserve(u32 n, u32* cnt, bool cl) {
     const u32 lane = threadIdx.x & 31;
     u32 incl = n;
 #pragma unroll
     for (int s = 1; s < 32; s <<= 1) {
-        u32 y = __shfl_up_sync(0xFFFFFFFFu, incl, s);
+        const u32 y = __shfl_up_sync(0xFFFFFFFFu, incl, s);
         if (lane >= (u32)s) incl += y;
     }
     u32 p = 0;
     if (lane == 31) p = cl ? atomic_add_cluster(cnt, incl) : atomicAdd(cnt, incl);
-    p = __shfl_sync(0xFFFFFFFFu, p, 31) + incl - n;
+    return __shfl_sync(0xFFFFFFFFu, p, 31) + incl - n;
+}
+
+// Keep the keys of four hits a..d (columns i..i+3) at slots reserved by warp_reserve (cl as
+// there); every slot past cap is counted but not written. h (unless null) counts the kept
+// keys' first digits.
+__device__ __forceinline__ void keep4(u32 a, u32 b, u32 c, u32 d, uint4 q, int i, u32* bkey, u32* bcol, u32 cap,
+                                      u32* h, u32* cnt, bool cl = false) {
+    const u32 n = a + b + c + d;
+    if (__ballot_sync(0xFFFFFFFFu, n != 0) == 0) return;
+    u32 p = warp_reserve(n, cnt, cl);
     const u32 key[4] = {q.x, q.y, q.z, q.w}, hit[4] = {a, b, c, d};
 #pragma unroll
     for (int u = 0; u < 4; ++u) {

@@ -102,15 +102,7 @@ __device__ __forceinline__ void keep_slice(const float* __restrict__ x, int lo, 
             c += __popc(m[u]);
         }
         if (__ballot_sync(0xFFFFFFFFu, c != 0) == 0) continue;
-        u32 incl = c;
-#pragma unroll
-        for (int s = 1; s < 32; s <<= 1) {
-            const u32 y = __shfl_up_sync(0xFFFFFFFFu, incl, s);
-            if (lane >= (u32)s) incl += y;
-        }
-        u32 at = 0;
-        if (lane == 31) at = cl ? atomic_add_cluster(cnt, incl) : atomicAdd(cnt, incl);
-        at = __shfl_sync(0xFFFFFFFFu, at, 31) + incl - c;
+        u32 at = warp_reserve(c, cnt, cl);
 #pragma unroll
         for (int u = 0; u < KEEP_D; ++u) {
             if (m[u] == 0u) continue;
