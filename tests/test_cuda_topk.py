@@ -104,12 +104,18 @@ def test_split_plan_shapes(rows, width, want):
     p = split_plan(rows, width, H200["sms"], H200_SM)
     assert p == want
     any_order = split_plan(rows, width, H200["sms"], H200_SM, ordered=False)  # stable=False: no bitmaps
-    # up to W = SAMPLE_LONG half of the unordered buffer is the bulk copy's stage
+    # up to W = SAMPLE_LONG half of the unordered buffer is the bulk copy's stage, except for
+    # 9-16 rows: 8 CTAs a row, unstaged, with that half as the buffer (two CTAs a multiprocessor)
     staged = width <= topk.SAMPLE_LONG
-    assert any_order.words == 0 and any_order.buf + any_order.stage == topk.SPLIT_BUF_ANY
-    assert any_order.stage == (topk.SPLIT_STAGE if staged else 0)
+    paired = staged and 8 < rows <= 16
+    assert any_order.words == 0
+    if paired:
+        assert any_order == SplitPlan(8, topk.SPLIT_BUF_ANY - topk.SPLIT_STAGE, 0, 12288, 0)
+    else:
+        assert any_order.buf + any_order.stage == topk.SPLIT_BUF_ANY
+        assert any_order.stage == (topk.SPLIT_STAGE if staged else 0)
+        assert any_order.cluster == (p.cluster if p is not None else 16)
     assert p is None or p.stage == 0  # the ordered plans stage nothing
-    assert any_order.cluster == (p.cluster if p is not None else 16)
     if p is not None:
         assert p.words * 32 >= width and p.buf % 8 == 0 and p.solo_max <= p.buf
         per_sm = 1 if rows * p.cluster <= H200["sms"] else 2
@@ -148,6 +154,29 @@ def test_ordered_launch_refuses_a_plan_without_bitmaps():
     for plan in (SoloPlan(8192, 0), SplitPlan(2, 8192, 0, 0), SplitPlan(2, 8192, 152, 0)):
         with pytest.raises(ValueError, match="bitmaps of 157 words"):
             topk.launch(x, lens, lens, lens, 0, 1, 16, out, plan=plan, ordered=True)
+
+
+@pytest.mark.parametrize("rows, width, want", [
+    (8, 133120, SplitPlan(8, 16384, 0, 12288, 16384)),  # 8 rows: staged, one CTA a multiprocessor
+    (9, 133120, SplitPlan(8, 16384, 0, 12288, 0)),  # 9-16 rows: 8 CTAs, unstaged, two fit an SM
+    (12, 4096 * 8, SplitPlan(8, 16384, 0, 12288, 0)),
+    (12, 28000, SplitPlan(4, 16384, 0, 12288, 0)),  # slices below MIN_SLICE: fewer CTAs
+    (16, 262144, SplitPlan(8, 16384, 0, 12288, 0)),
+    (16, 262145, SplitPlan(4, 32768, 0, 12288, 0)),  # past SAMPLE_LONG: FEW_ROWS, unstaged
+    (17, 133120, SplitPlan(2, 16384, 0, 12288, 16384)),
+])
+def test_split_plan_pairs_9_to_16_rows(rows, width, want):
+    """Unordered plans of 9-16 rows up to W = SAMPLE_LONG: 8 CTAs a row with buffers small
+    enough for two CTAs a multiprocessor (H100 run 20), unless a cluster, buffer or stage is
+    given or the plan is ordered."""
+    assert split_plan(rows, width, H200["sms"], H200_SM, ordered=False) == want
+    assert split_plan(rows, width, H200["sms"], H200_SM, cluster=4, ordered=False).cluster == 4
+    if 8 < rows <= 16:  # a given stage keeps FEW_ROWS' 4 CTAs a row
+        assert split_plan(rows, width, H200["sms"], H200_SM, ordered=False, stage=0).cluster == 4
+    assert split_plan(rows, width, H200["sms"], H200_SM, ordered=True).cluster != 8 or rows <= 8
+    if want.stage == 0 and want.cluster == 8:
+        p = want
+        assert 2 * (p.shared + topk.STATIC_BYTES + topk.SHARED_RESERVED) <= H200_SM
 
 
 def test_split_plan_overrides_and_refusals():
@@ -393,7 +422,7 @@ def test_solo_prefill_is_the_default_for_chunks_and_replays(gen):
         assert_prefill_equivalent(out, x, s, e, 2048)  # the policy's stable=False: any order
 
 
-@pytest.mark.parametrize("rows", [1, 8, 16, 64, 80, 200])
+@pytest.mark.parametrize("rows", [1, 8, 12, 16, 64, 80, 200])
 @pytest.mark.parametrize("width", [133120, 1048576])
 @pytest.mark.parametrize("stable", [False, True])
 @pytest.mark.gpu

@@ -54,6 +54,11 @@ SPLIT_BUF_ANY = 32768  # 16384 kept keys: L = 1M keeps about 7K under the 2048-k
 # -0.2..-0.8 us at most 32K / 128K points; a row of L <= 256K keeps at most ~5K keys).
 SPLIT_STAGE = 16384
 SOLO_BUF_ANY = 16384
+# Unordered split plans of PAIR_ROWS[0] < rows <= PAIR_ROWS[1] up to W = SAMPLE_LONG: PAIR_ROWS[2]
+# CTAs a row, each with SPLIT_BUF_ANY - SPLIT_STAGE words and no stage, so that two CTAs fit a
+# multiprocessor and every cluster is placed at once (H100 run 20: 16 x 128K 24.4 against 25.9
+# us with 4 staged CTAs a row; with one CTA a multiprocessor clusters of 8 ran in two waves).
+PAIR_ROWS = (8, 16, 8)
 SPLIT_ROWS = 64  # up to this many rows topk_split is the default plan (docs/cuda-kernel.md §4.3)
 
 
@@ -149,11 +154,17 @@ def split_plan(rows: int, width: int, sms: int, smem_per_sm: int, cluster: Optio
     (FEW_ROWS); two CTAs a multiprocessor when the grid needs them. ``stage`` (words, a
     multiple of 8): room after the buffer for the slice's bulk copy; by default SPLIT_STAGE,
     carved out of SPLIT_BUF_ANY, for unordered plans up to W = SAMPLE_LONG with one CTA a
-    multiprocessor, else none."""
+    multiprocessor, else none. Unordered plans of 9-16 rows up to W = SAMPLE_LONG (PAIR_ROWS,
+    no cluster, buf or stage given): 8 CTAs a row with an unstaged SPLIT_BUF_ANY -
+    SPLIT_STAGE words, small enough for two CTAs a multiprocessor."""
+    paired = (cluster is None and buf is None and stage is None and not ordered and width <= SAMPLE_LONG
+              and PAIR_ROWS[0] < rows <= PAIR_ROWS[1])
     if cluster is None:
-        cluster = next(c for r, c in FEW_ROWS if rows <= r)
+        cluster = PAIR_ROWS[2] if paired else next(c for r, c in FEW_ROWS if rows <= r)
         while cluster > 1 and (rows * cluster > 2 * sms or _ceil(width, cluster) < MIN_SLICE):
             cluster //= 2
+    if paired:
+        buf, stage = SPLIT_BUF_ANY - SPLIT_STAGE, 0
     if not 1 <= cluster <= MAX_CLUSTER or cluster & (cluster - 1):
         raise ValueError(f"cluster: expected a power of two in [1, {MAX_CLUSTER}], got {cluster}")
     per_sm = 1 if rows * cluster <= sms else 2
