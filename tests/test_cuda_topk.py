@@ -514,6 +514,33 @@ def test_slices_staged_by_the_bulk_copy(gen, kind, stable):
 
 @pytest.mark.gpu
 @needs_cuda
+@pytest.mark.parametrize("kind", ["randn", "ties", "specials"])
+@pytest.mark.parametrize("stable", [True, False])
+def test_long_slices_stream_through_the_ring(gen, kind, stable):
+    """topk_split with a stage of two or more RING_SLOT slots: a CTA's slice of RING_MIN keys
+    or more streams through the stage as a ring (the copy engine refills a slot once the CTA
+    is past it). Two CTAs a row; slices just under RING_MIN (staged at once), at and past it
+    with 0-3 keys after the last 16-byte chunk and a short last slot; 2, 3 and 4 slots (each
+    slot reused: the barriers' phases wrap); rows whose slices are not 16-byte aligned (row
+    pitch W + 3: read in batches, not streamed); a buffer that overflows."""
+    k, rows, t, slot = 2048, 12, topk.RING_MIN, topk.RING_SLOT
+    width = 2 * t + 4 * slot + 64
+    lens = torch.tensor([2 * t - 8, 2 * t, 2 * t + 2, 2 * t + 7, 2 * t + slot // 2, 2 * t + 2 * slot + 9,
+                         width - 1, width, 2 * t + 3 * slot, 2 * t - 1, t + 5, 2 * t + 12], dtype=torch.int32).cuda()
+    x = make_logits(gen, rows, width, kind).cuda()
+    big = torch.full((rows, width + 3), float("nan"), device="cuda")
+    big[:, :width] = x
+    odd = big[:, :width]  # row pitch W + 3: every other row starts off a 16-byte boundary
+    assert t > 4 * slot  # a slice of RING_MIN keys reuses slots (phases wrap) even with four
+    for buf, stage in ((None, 2 * slot), (None, 3 * slot), (None, 4 * slot), (64, 2 * slot)):
+        plan = split_plan(rows, width, 132, H200_SM, cluster=2, buf=buf, solo_max=0, ordered=stable, stage=stage)
+        for data in (x, odd):
+            got = _run_decode(data, lens, k, plan=plan, stable=stable)
+            _check_decode(got, data, lens, k, stable, f"{kind} ring {plan} pitch {data.stride(0)}")
+
+
+@pytest.mark.gpu
+@needs_cuda
 @pytest.mark.parametrize("next_n", [2, 4])
 def test_per_request_lengths_and_int_min(gen, next_n):
     rows = 8 * next_n

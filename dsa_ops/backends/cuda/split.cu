@@ -9,6 +9,9 @@
 //   (unordered plans up to W = SAMPLE_LONG), thread 0 first hands the slice (its first
 //   4 * (stage / 4) keys) to the bulk copy engine, which lands it in shared memory while the
 //   sample is read and chosen; the keep then reads shared memory (cuda-variants.md run 19).
+//   A slice of RING_MIN keys or more streams through those words instead, as a ring of
+//   RING_SLOT-word slots that the bulk copy engine refills while the CTA keeps from the
+//   others (keep_ring; run 22).
 // - Each CTA reserves room in the leader's (CTA 0's) buffer with one cluster-scope atomic on
 //   the leader's count and copies its kept keys there (the leader keeps its own slice's keys
 //   straight into that buffer, through the same count).
@@ -129,30 +132,54 @@ __device__ __forceinline__ void keep_slice(const float* __restrict__ x, int lo, 
 }
 
 #define STAGE_CHUNK 32768u  // bytes a bulk copy instruction moves
+#ifndef RING_SLOT
+#define RING_SLOT 8192  // keep_ring: words (keys) a slot of the ring (32 KB: runs 22a-c)
+#endif
+#ifndef RING_MIN
+#define RING_MIN 49152  // slices of this many keys or more stream through the ring (topk.py reads it)
+#endif
+#ifndef RING_EARLY
+#define RING_EARLY 0  // 1: the ring's first copies start before the sample (0: after it)
+#endif
+#define RING_MAX 8  // mbarriers, so slots at most
 
-// Thread 0: start the bulk copy (the copy engine, async proxy) of nb bytes (a multiple of 16)
-// from global g to shared dst, completing on the mbarrier at bar.
-__device__ __forceinline__ void stage_start(u32* dst, const float* g, u32 nb, unsigned long long* bar) {
-    const u32 b = (u32)__cvta_generic_to_shared(bar), d = (u32)__cvta_generic_to_shared(dst);
+// Thread 0: initialise the mbarrier at shared address b for one arrival a phase.
+__device__ __forceinline__ void bar_init(u32 b) {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(b) : "memory");
+}
+
+// Thread 0: arrive on the mbarrier at b expecting nb bytes, and start the bulk copy (the copy
+// engine, async proxy) of nb bytes (a multiple of 16) from global g to shared d, completing
+// on it. The fence orders this thread's view of shared memory (the barrier's initialisation,
+// the CTA's reads of a slot it refills, after a __syncthreads) before the copy engine's.
+__device__ __forceinline__ void bulk_load(u32 d, const char* g, u32 nb, u32 b) {
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
     asm volatile("{ .reg .b64 st; mbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1; }" ::"r"(b), "r"(nb)
                  : "memory");
     for (u32 o = 0; o < nb; o += STAGE_CHUNK)
         asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
                          d + o),
-                     "l"(reinterpret_cast<const char*>(g) + o), "r"(min(STAGE_CHUNK, nb - o)), "r"(b)
+                     "l"(g + o), "r"(min(STAGE_CHUNK, nb - o)), "r"(b)
                      : "memory");
 }
 
-// Wait until the bulk copy on the mbarrier at bar (phase 0) has landed.
-__device__ __forceinline__ void stage_wait(unsigned long long* bar) {
+// Thread 0: start the bulk copy of nb bytes (a multiple of 16) from global g to shared dst,
+// completing on the mbarrier at bar (initialised here).
+__device__ __forceinline__ void stage_start(u32* dst, const float* g, u32 nb, unsigned long long* bar) {
+    const u32 b = (u32)__cvta_generic_to_shared(bar);
+    bar_init(b);
+    bulk_load((u32)__cvta_generic_to_shared(dst), reinterpret_cast<const char*>(g), nb, b);
+}
+
+// Wait until the phase of the mbarrier at bar of the given parity has completed (its bulk
+// copy has landed).
+__device__ __forceinline__ void stage_wait(unsigned long long* bar, u32 parity = 0) {
     const u32 b = (u32)__cvta_generic_to_shared(bar);
     u32 done = 0;
     while (!done)
-        asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], 0; selp.u32 %0, 1, 0, p; }"
+        asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
                      : "=r"(done)
-                     : "r"(b)
+                     : "r"(b), "r"(parity)
                      : "memory");
 }
 
@@ -170,6 +197,40 @@ __device__ __forceinline__ void keep_staged(u32 st, int ns, int lo, u32 tau, u32
         const uint4 q = make_uint4(order_key(v.x), order_key(v.y), order_key(v.z), order_key(v.w));
         keep4(ok && q.x <= tau, ok && q.y <= tau, ok && q.z <= tau, ok && q.w <= tau, q, lo + 4 * j, bkey, bcol, cap,
               nullptr, cnt, cl);
+    }
+}
+
+// Thread 0: start the copies of chunks [c0, c1) (sb bytes each, the last one shorter) of the
+// nb bytes at g, chunk c into slot c % slots at shared st, on bars[c % slots].
+__device__ __forceinline__ void ring_fill(u32 st, const float* g, u32 nb, u32 sb, int slots,
+                                          unsigned long long* bars, int c0, int c1) {
+    for (int c = c0; c < c1; ++c)
+        bulk_load(st + (u32)(c % slots) * sb, reinterpret_cast<const char*>(g) + (i64)c * sb,
+                  min(sb, nb - (u32)c * sb), (u32)__cvta_generic_to_shared(bars + c % slots));
+}
+
+// keep_slice's keep over the nf 16-byte chunks at g (columns lo, lo + 4, ...), landed by the
+// bulk copy engine in `slots` slots of `per` chunks at shared st: the CTA keeps from one slot
+// while the copy engine fills the others, and thread 0 refills a slot once every thread is
+// past it (one __syncthreads a slot). bars: the slots' mbarriers, initialised, no phase
+// completed; `started`: the first min(slots, chunks) copies were started already. The stage
+// is the case of one slot holding all nf chunks (started before the sample). Called by whole
+// CTAs.
+__device__ __forceinline__ void keep_ring(const float* __restrict__ g, int nf, int lo, u32 st, int slots, int per,
+                                          unsigned long long* bars, bool started, u32 tau, u32* bkey, u32* bcol,
+                                          u32 cap, u32* cnt, bool cl) {
+    const u32 nb = 16u * (u32)nf, sb = 16u * (u32)per;
+    const int nc = nf > 0 ? (int)((nb + sb - 1) / sb) : 0;
+    if (!started && threadIdx.x == 0) ring_fill(st, g, nb, sb, slots, bars, 0, min(slots, nc));
+    for (int c = 0; c < nc; ++c) {  // the same trip count in every thread
+        const int sl = c % slots;
+        stage_wait(bars + sl, (u32)(c / slots) & 1u);
+        keep_staged(st + (u32)sl * sb, (int)(min(sb, nb - (u32)c * sb) >> 4), lo + c * 4 * per, tau, bkey, bcol,
+                    cap, cnt, cl);
+        if (c + slots < nc) {
+            __syncthreads();  // every thread is past slot sl
+            if (threadIdx.x == 0) ring_fill(st, g, nb, sb, slots, bars, c + slots, c + slots + 1);
+        }
     }
 }
 
@@ -207,16 +268,27 @@ extern "C" __global__ void __launch_bounds__(NT, 2) topk_split(
     u32* bcol = bkey + cap;
     const int ch = (int)(((((i64)L + C - 1) / C) + 3) & ~3LL);  // a multiple of 4: aligned slices
     const int lo = (int)min((i64)rank * ch, (i64)L), hi = (int)min((i64)lo + ch, (i64)L);
-    __shared__ __align__(8) unsigned long long stage_bar;
-    __shared__ int stage_n;  // read back after the sample (not held in registers through it)
-    {  // 16-byte chunks of the slice staged in the `stage` words after the buffer (slices of
-       // KEEPB_MIN keys or more are read in batches instead; unaligned rows are not staged)
-        const int ns = hi - lo < KEEPB_MIN && (reinterpret_cast<unsigned long long>(x + lo) & 15) == 0
-                           ? min((hi - lo) >> 2, stage >> 2) : 0;
-        if (ns == 0) prefetch_first(x, lo, hi);
+    __shared__ __align__(8) unsigned long long stage_bar[RING_MAX];
+    __shared__ int stage_n;  // read back after the sample (not held in registers through it): the
+    __shared__ int ring_n;   // staged chunks, or the ring's slots (0: not streamed)
+    const u32 st = (u32)__cvta_generic_to_shared(bkey + buf);
+    {  // 16-byte chunks of the slice staged in the `stage` words after the buffer, or streamed
+       // through them as a ring (slices of RING_MIN keys or more, when two slots fit); else
+       // slices of KEEPB_MIN keys or more are read in batches; unaligned rows are not staged
+        const bool al = (reinterpret_cast<unsigned long long>(x + lo) & 15) == 0;
+        const int slots = al && hi - lo >= RING_MIN ? min(RING_MAX, stage / RING_SLOT) : 0;
+        const int ring = slots >= 2 ? slots : 0;
+        const int ns = !ring && hi - lo < KEEPB_MIN && al ? min((hi - lo) >> 2, stage >> 2) : 0;
+        if (ns == 0 && !(ring && RING_EARLY)) prefetch_first(x, lo, hi);
         if (threadIdx.x == 0) {
             stage_n = ns;
-            if (ns > 0) stage_start(bkey + buf, x + lo, 16u * (u32)ns, &stage_bar);
+            ring_n = ring;
+            if (ns > 0) stage_start(bkey + buf, x + lo, 16u * (u32)ns, stage_bar);
+            for (int b = 0; b < ring; ++b) bar_init((u32)__cvta_generic_to_shared(stage_bar + b));
+            if (ring && RING_EARLY) {
+                const u32 nb = 16u * (u32)((hi - lo) >> 2), sb = 4u * RING_SLOT;
+                ring_fill(st, x + lo, nb, sb, ring, stage_bar, 0, min(ring, (int)((nb + sb - 1) / sb)));
+            }
         }
     }
     for (int b = threadIdx.x; b < 2 * BINS; b += NT) h[b] = 0;
@@ -231,12 +303,14 @@ extern "C" __global__ void __launch_bounds__(NT, 2) topk_split(
 
     const u32 tau = sample_tau(x, L, k, h2, sc);
     STAMP(2);
-    const int ns = stage_n;
-    const u32 st = (u32)__cvta_generic_to_shared(bkey + buf);
-    if (ns > 0) stage_wait(&stage_bar);
+    const int ns = stage_n, ring = ring_n;
     // the leader keeps straight into its buffer, through its count, by cluster-scope atomics
-    keep_staged(st, ns, lo, tau, bkey, bcol, cap, &sc.cnt, rank == 0);
-    keep_slice(x, lo + 4 * ns, hi, tau, bkey, bcol, cap, &sc.cnt, rank == 0);
+    // (the ring's slice, or the staged chunks as one slot, then the rest: the last 0-3 keys,
+    // or the unstaged part of the slice)
+    const int nr = ring ? (hi - lo) >> 2 : ns;
+    keep_ring(x + lo, nr, lo, st, ring ? ring : 1, ring ? RING_SLOT / 4 : max(ns, 1), stage_bar, !ring || RING_EARLY,
+              tau, bkey, bcol, cap, &sc.cnt, rank == 0);
+    keep_slice(x, lo + 4 * nr, hi, tau, bkey, bcol, cap, &sc.cnt, rank == 0);
     STAMP(6);
     if (rank == 0) {
         cluster_wait();

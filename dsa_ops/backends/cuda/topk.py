@@ -265,6 +265,8 @@ def _define(name: str) -> int:
 
 SAMPLE_LONG = _define("SAMPLE_LONG")  # solo.cu: rows longer than this take twice the sample
 KEEPB_MIN = _define("KEEPB_MIN")  # split.cu: keep_slice reads slices of this many keys or more in batches
+RING_MIN = _define("RING_MIN")  # split.cu: slices of this many keys or more stream through the stage as a ring
+RING_SLOT = _define("RING_SLOT")  # split.cu: words a slot of that ring (two slots at least, else no ring)
 
 
 @functools.lru_cache(maxsize=None)
