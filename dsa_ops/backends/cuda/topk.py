@@ -51,7 +51,8 @@ SPLIT_BUF_MAX = 16384  # split, ordered: words of the leader's buffer (at most h
 SPLIT_BUF_ANY = 32768  # 16384 kept keys: L = 1M keeps about 7K under the 2048-key sample
 # Unordered split plans up to W = SAMPLE_LONG: the same shared memory as SPLIT_BUF_ANY, half of
 # it the stage the bulk copy engine lands a slice in during the sample (split.cu; H100 run 19:
-# -0.2..-0.8 us at most 32K / 128K points; a row of L <= 256K keeps at most ~5K keys).
+# -0.2..-0.8 us at most 32K / 128K points; a row of L <= 256K keeps at most ~5K keys), or, for
+# slices of RING_MIN keys or more, the ring they stream through (H200 run 22: 64 x 128K -2.4 us).
 SPLIT_STAGE = 16384
 SOLO_BUF_ANY = 16384
 # Unordered split plans of PAIR_ROWS[0] < rows <= PAIR_ROWS[1] up to W = SAMPLE_LONG: PAIR_ROWS[2]
