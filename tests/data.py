@@ -66,9 +66,10 @@ def logits(gen: torch.Generator, rows: int, width: int, kind: str = "randn") -> 
 
 
 def sliced(x: Tensor, extra: int = 37, fill: float = float("nan")) -> Tensor:
-    """Same values as ``x`` (R, W) in a view with row pitch W + extra; the gap holds ``fill``."""
+    """Same values as ``x`` (R, W) in a view with row pitch W + extra, on x's device; the gap
+    holds ``fill``. (Make it on the device: ``.cuda()`` of the view copies it contiguous.)"""
     rows, width = x.shape
-    big = torch.full((rows, width + extra), fill, dtype=x.dtype)
+    big = torch.full((rows, width + extra), fill, dtype=x.dtype, device=x.device)
     big[:, :width] = x
     view = big[:, :width]
     assert view.stride(0) == width + extra and view.stride(1) == 1

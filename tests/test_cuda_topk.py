@@ -501,9 +501,7 @@ def test_slices_staged_by_the_bulk_copy(gen, kind, stable):
     lens = torch.tensor([2 * st - 8, 2 * st, 2 * st + 4, 2 * st + 7, 2 * st + 9, 4 * st + 3, 9000, 30001,
                          2 * topk.KEEPB_MIN - 8, 2 * topk.KEEPB_MIN, width, k + 1], dtype=torch.int32).cuda()
     x = make_logits(gen, rows, width, kind).cuda()
-    big = torch.full((rows, width + 3), float("nan"), device="cuda")
-    big[:, :width] = x
-    odd = big[:, :width]  # row pitch W + 3: every other row starts off a 16-byte boundary
+    odd = sliced(x, extra=3)  # row pitch W + 3: every other row starts off a 16-byte boundary
     for cluster, buf, stage in ((2, None, st), (4, None, st), (2, None, 16384), (2, 4 * k + 8, 2 * st)):
         plan = split_plan(rows, width, 132, H200_SM, cluster=cluster, buf=buf, solo_max=0, ordered=stable,
                           stage=stage)
@@ -528,9 +526,7 @@ def test_long_slices_stream_through_the_ring(gen, kind, stable):
     lens = torch.tensor([2 * t - 8, 2 * t, 2 * t + 2, 2 * t + 7, 2 * t + slot // 2, 2 * t + 2 * slot + 9,
                          width - 1, width, 2 * t + 3 * slot, 2 * t - 1, t + 5, 2 * t + 12], dtype=torch.int32).cuda()
     x = make_logits(gen, rows, width, kind).cuda()
-    big = torch.full((rows, width + 3), float("nan"), device="cuda")
-    big[:, :width] = x
-    odd = big[:, :width]  # row pitch W + 3: every other row starts off a 16-byte boundary
+    odd = sliced(x, extra=3)  # row pitch W + 3: every other row starts off a 16-byte boundary
     assert t > 4 * slot  # a slice of RING_MIN keys reuses slots (phases wrap) even with four
     for buf, stage in ((None, 2 * slot), (None, 3 * slot), (None, 4 * slot), (64, 2 * slot)):
         plan = split_plan(rows, width, 132, H200_SM, cluster=2, buf=buf, solo_max=0, ordered=stable, stage=stage)
@@ -556,7 +552,7 @@ def test_per_request_lengths_and_int_min(gen, next_n):
 @needs_cuda
 @pytest.mark.parametrize("extra", [3, 4, 37])
 def test_row_pitch_and_unaligned_rows(gen, extra):
-    x = sliced(make_logits(gen, 16, 20000, "specials"), extra=extra, fill=float("nan")).cuda()
+    x = sliced(make_logits(gen, 16, 20000, "specials").cuda(), extra=extra, fill=float("nan"))
     lens = _lengths_for(20000, 2048, 16, gen).cuda()
     splits = (split_plan(16, 20000, 132, H200_SM, cluster=4, solo_max=0),
               split_plan(16, 20000, 132, H200_SM, cluster=2, buf=4104, solo_max=0))
