@@ -173,7 +173,8 @@ def _conforms(check, *args) -> str:
     return "ok (any order)"
 
 
-def _decode(rows: int, width: int, length: int, variants: list[str], reps: int, raw: bool) -> list[dict]:
+def _decode(rows: int, width: int, length: int, variants: list[str], reps: int, raw: bool,
+            triton: bool = True) -> list[dict]:
     import dsa_ops
     from dsa_ops.backends.cuda import topk
     from dsa_ops.benchmarking import capture, time_graph
@@ -195,7 +196,8 @@ def _decode(rows: int, width: int, length: int, variants: list[str], reps: int, 
         phases[name] = (lambda dbg, p=p, prog=prog, o=o: topk.launch(x, lens, lens, lens, 0, 1, 2048, out, plan=p,
                                                                      program=prog, dbg=dbg, ordered=o), rows * p.cluster,
                         isinstance(p, topk.SoloPlan), p.cluster if isinstance(p, topk.SplitPlan) else 0)
-    calls["triton"] = (lambda: dsa_ops.topk_decode(x, lens, 2048, backend="triton", out=out), False)
+    if triton:
+        calls["triton"] = (lambda: dsa_ops.topk_decode(x, lens, 2048, backend="triton", out=out), False)
     if raw and rows <= 64:
         from dsa_ops.commands import bench_raw
 
@@ -288,6 +290,7 @@ def main(argv=None) -> int:
     p.add_argument("--prefill-others", default="triton,vllm", help="other backends timed on prefill")
     p.add_argument("--reps", type=int, default=30)
     p.add_argument("--no-raw", action="store_true")
+    p.add_argument("--no-triton", action="store_true", help="leave the triton backend out of the decode points")
     a = p.parse_args(argv)
     if not torch.cuda.is_available():
         print("cuda_topk_variants: needs a CUDA device", file=sys.stderr)
@@ -301,7 +304,7 @@ def main(argv=None) -> int:
     for w in [int(v) for v in a.widths.split(",") if v]:
         for r in [int(v) for v in a.rows.split(",") if v]:
             for n in [int(v) for v in a.lengths.split(",") if v]:
-                recs += _decode(r, w, min(n, w), a.decode_variants.split(","), a.reps, raw)
+                recs += _decode(r, w, min(n, w), a.decode_variants.split(","), a.reps, raw, not a.no_triton)
     for c in [int(v) for v in a.prefill_c.split(",") if v]:
         recs += _prefill(c, a.prefill_variants.split(","), 3, others)
     meta = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "seconds": round(time.time() - t0, 1)}
