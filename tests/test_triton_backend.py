@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 import dsa_ops
 from dsa_ops.testing import assert_decode_equivalent, assert_prefill_equivalent
 from tests import oracle
-from tests.data import POISON, from_bits, logits, poisoned_out
+from tests.data import POISON, from_bits, logits, poisoned_out, sliced
 from tests.test_properties import assert_topk_properties, decode_case, prefill_case
 
 INTERP = os.environ.get("TRITON_INTERPRET") == "1"
@@ -683,9 +683,7 @@ def test_prefill_causal_chunk(gen):
 def test_sliced_rows_and_specials_bits(gen):
     """Row pitch > W (the gap holds NaN) and keys from raw bit patterns, stable bytes."""
     k, width = 16, 700
-    base = torch.full((3, width + 33), float("nan"))
-    base[:, :width] = logits(gen, 3, width, "specials")
-    x = base[:, :width]
+    x = sliced(logits(gen, 3, width, "specials"), extra=33)
     x[0, :5] = from_bits([0x7FFF_FFFF, 0x7F80_0000, 0x8000_0000, 0x0000_0000, 0xFFFF_FFFF])
     lt = torch.tensor([width, 300, 17], dtype=torch.int32)
     got = dsa_ops.topk_decode(x, lt, k, backend="triton", stable=True)
