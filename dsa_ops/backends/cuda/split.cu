@@ -138,9 +138,6 @@ __device__ __forceinline__ void keep_slice(const float* __restrict__ x, int lo, 
 #ifndef RING_MIN
 #define RING_MIN 49152  // slices of this many keys or more stream through the ring (topk.py reads it)
 #endif
-#ifndef RING_EARLY
-#define RING_EARLY 0  // 1: the ring's first copies start before the sample (0: after it)
-#endif
 #define RING_MAX 8  // mbarriers, so slots at most
 
 // Thread 0: initialise the mbarrier at shared address b for one arrival a phase.
@@ -279,16 +276,12 @@ extern "C" __global__ void __launch_bounds__(NT, 2) topk_split(
         const int slots = al && hi - lo >= RING_MIN ? min(RING_MAX, stage / RING_SLOT) : 0;
         const int ring = slots >= 2 ? slots : 0;
         const int ns = !ring && hi - lo < KEEPB_MIN && al ? min((hi - lo) >> 2, stage >> 2) : 0;
-        if (ns == 0 && !(ring && RING_EARLY)) prefetch_first(x, lo, hi);
+        if (ns == 0) prefetch_first(x, lo, hi);
         if (threadIdx.x == 0) {
             stage_n = ns;
             ring_n = ring;
             if (ns > 0) stage_start(bkey + buf, x + lo, 16u * (u32)ns, stage_bar);
             for (int b = 0; b < ring; ++b) bar_init((u32)__cvta_generic_to_shared(stage_bar + b));
-            if (ring && RING_EARLY) {
-                const u32 nb = 16u * (u32)((hi - lo) >> 2), sb = 4u * RING_SLOT;
-                ring_fill(st, x + lo, nb, sb, ring, stage_bar, 0, min(ring, (int)((nb + sb - 1) / sb)));
-            }
         }
     }
     for (int b = threadIdx.x; b < 2 * BINS; b += NT) h[b] = 0;
@@ -308,7 +301,7 @@ extern "C" __global__ void __launch_bounds__(NT, 2) topk_split(
     // (the ring's slice, or the staged chunks as one slot, then the rest: the last 0-3 keys,
     // or the unstaged part of the slice)
     const int nr = ring ? (hi - lo) >> 2 : ns;
-    keep_ring(x + lo, nr, lo, st, ring ? ring : 1, ring ? RING_SLOT / 4 : max(ns, 1), stage_bar, !ring || RING_EARLY,
+    keep_ring(x + lo, nr, lo, st, ring ? ring : 1, ring ? RING_SLOT / 4 : max(ns, 1), stage_bar, !ring,
               tau, bkey, bcol, cap, &sc.cnt, rank == 0);
     keep_slice(x, lo + 4 * nr, hi, tau, bkey, bcol, cap, &sc.cnt, rank == 0);
     STAMP(6);
