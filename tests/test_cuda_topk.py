@@ -104,16 +104,17 @@ def test_split_plan_shapes(rows, width, want):
     p = split_plan(rows, width, H200["sms"], H200_SM)
     assert p == want
     any_order = split_plan(rows, width, H200["sms"], H200_SM, ordered=False)  # stable=False: no bitmaps
-    # up to W = SAMPLE_LONG half of the unordered buffer is the bulk copy's stage, except for
-    # 9-16 rows: 8 CTAs a row, unstaged, with that half as the buffer (two CTAs a multiprocessor)
-    staged = width <= topk.SAMPLE_LONG
-    paired = staged and 8 < rows <= 16
+    # one CTA a multiprocessor: a stage for the bulk copy, half of the unordered buffer up to
+    # W = SAMPLE_LONG, after the whole buffer beyond; 9-16 rows: 8 CTAs a row, unstaged, with
+    # that half as the buffer (two CTAs a multiprocessor) up to SAMPLE_LONG, unstaged beyond
+    narrow = width <= topk.SAMPLE_LONG
+    few = 8 < rows <= 16
     assert any_order.words == 0
-    if paired:
+    if narrow and few:
         assert any_order == SplitPlan(8, topk.SPLIT_BUF_ANY - topk.SPLIT_STAGE, 0, 12288, 0)
     else:
-        assert any_order.buf + any_order.stage == topk.SPLIT_BUF_ANY
-        assert any_order.stage == (topk.SPLIT_STAGE if staged else 0)
+        assert any_order.buf == topk.SPLIT_BUF_ANY - (topk.SPLIT_STAGE if narrow else 0)
+        assert any_order.stage == (0 if few else topk.SPLIT_STAGE)
         assert any_order.cluster == (p.cluster if p is not None else 16)
     assert p is None or p.stage == 0  # the ordered plans stage nothing
     if p is not None:
@@ -163,18 +164,23 @@ def test_ordered_launch_refuses_a_plan_without_bitmaps():
     (12, 28000, SplitPlan(4, 16384, 0, 12288, 0)),  # slices below MIN_SLICE: fewer CTAs
     (16, 262144, SplitPlan(8, 16384, 0, 12288, 0)),
     (16, 262145, SplitPlan(4, 32768, 0, 12288, 0)),  # past SAMPLE_LONG: FEW_ROWS, unstaged
+    (12, 1 << 20, SplitPlan(4, 32768, 0, 12288, 0)),  # a stage lost 0.5-0.7 us there (run 23)
     (17, 133120, SplitPlan(2, 16384, 0, 12288, 16384)),
+    (64, 1 << 20, SplitPlan(2, 32768, 0, 12288, 16384)),  # W 1M, one CTA an SM: staged after the buffer (runs 23-24)
+    (8, 1 << 20, SplitPlan(8, 32768, 0, 12288, 16384)),
 ])
 def test_split_plan_pairs_9_to_16_rows(rows, width, want):
     """Unordered plans of 9-16 rows up to W = SAMPLE_LONG: 8 CTAs a row with buffers small
     enough for two CTAs a multiprocessor (H100 runs 20-21), unless a cluster, buffer or stage
-    is given or the plan is ordered."""
+    is given or the plan is ordered; wider, 4 unstaged CTAs a row, while the other plans of
+    one CTA a multiprocessor stage after their whole buffer."""
     assert split_plan(rows, width, H200["sms"], H200_SM, ordered=False) == want
     assert split_plan(rows, width, H200["sms"], H200_SM, cluster=4, ordered=False).cluster == 4
     given_stage = split_plan(rows, width, H200["sms"], H200_SM, ordered=False, stage=0)
     if 8 < rows <= 16 and width >= 4 * topk.MIN_SLICE:  # a given stage keeps FEW_ROWS' 4 CTAs a row
         assert given_stage.cluster == 4
-    assert split_plan(rows, width, H200["sms"], H200_SM, ordered=True).cluster == given_stage.cluster
+    ordered = split_plan(rows, width, H200["sms"], H200_SM, ordered=True)  # None: its bitmaps do not fit
+    assert ordered is None or ordered.cluster == given_stage.cluster
     if want.cluster == 8 and want.stage == 0:  # two CTAs fit a multiprocessor
         assert 2 * (want.shared + topk.STATIC_BYTES + topk.SHARED_RESERVED) <= H200_SM
 

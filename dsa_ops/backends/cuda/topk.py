@@ -49,10 +49,13 @@ SPLIT_BUF_MAX = 16384  # split, ordered: words of the leader's buffer (at most h
 # SOLO_BUF_MAX). More shared memory than this costs L1 (H100 run 16: split 53504 words
 # +0.3-1.3 us at 16 / 64 rows; solo 24320 words: prefill C = 128K 4.05 ms against 3.69 at 16128).
 SPLIT_BUF_ANY = 32768  # 16384 kept keys: L = 1M keeps about 7K under the 2048-key sample
-# Unordered split plans up to W = SAMPLE_LONG: the same shared memory as SPLIT_BUF_ANY, half of
-# it the stage the bulk copy engine lands a slice in during the sample (split.cu; H100 run 19:
-# -0.2..-0.8 us at most 32K / 128K points; a row of L <= 256K keeps at most ~5K keys), or, for
-# slices of RING_MIN keys or more, the ring they stream through (H200 run 22: 64 x 128K -2.4 us).
+# Unordered split plans with one CTA a multiprocessor: a stage the bulk copy engine lands a
+# slice in during the sample (split.cu; H100 run 19: -0.2..-0.8 us at most 32K / 128K points),
+# or, for slices of RING_MIN keys or more, the ring they stream through (H200 run 22: 64 x 128K
+# -2.4 us). Up to W = SAMPLE_LONG carved out of SPLIT_BUF_ANY (a row of L <= 256K keeps at most
+# ~5K keys); wider rows keep the whole SPLIT_BUF_ANY and the stage comes after it, except for
+# 9-16 rows (H100 runs 23 / 24, W 1M: 32 / 64 x 128K -1.2..-1.7 us, elsewhere +-0.3; 9-16 rows
+# +0.5..0.7 with it).
 SPLIT_STAGE = 16384
 SOLO_BUF_ANY = 16384
 # Unordered split plans of PAIR_ROWS[0] < rows <= PAIR_ROWS[1] up to W = SAMPLE_LONG: PAIR_ROWS[2]
@@ -153,11 +156,12 @@ def split_plan(rows: int, width: int, sms: int, smem_per_sm: int, cluster: Optio
     bitmaps leave less than SOLO_BUF_MIN words of buffer (``ordered`` and W above ~700K; the
     unordered plan has no bitmaps and fits every width). Cluster sizes as the few-rows table
     (FEW_ROWS); two CTAs a multiprocessor when the grid needs them. ``stage`` (words, a
-    multiple of 8): room after the buffer for the slice's bulk copy; by default SPLIT_STAGE,
-    carved out of SPLIT_BUF_ANY, for unordered plans up to W = SAMPLE_LONG with one CTA a
-    multiprocessor, else none. Unordered plans of 9-16 rows up to W = SAMPLE_LONG (PAIR_ROWS,
-    no cluster, buf or stage given): 8 CTAs a row with an unstaged SPLIT_BUF_ANY -
-    SPLIT_STAGE words, small enough for two CTAs a multiprocessor."""
+    multiple of 8): room after the buffer for the slice's bulk copy; by default SPLIT_STAGE
+    for unordered plans with one CTA a multiprocessor (carved out of SPLIT_BUF_ANY up to W =
+    SAMPLE_LONG, after it beyond, where 9-16 rows take none), else none. Unordered plans of
+    9-16 rows up to W = SAMPLE_LONG (PAIR_ROWS, no cluster, buf or stage given): 8 CTAs a row
+    with an unstaged SPLIT_BUF_ANY - SPLIT_STAGE words, small enough for two CTAs a
+    multiprocessor."""
     paired = (cluster is None and buf is None and stage is None and not ordered and width <= SAMPLE_LONG
               and PAIR_ROWS[0] < rows <= PAIR_ROWS[1])
     if cluster is None:
@@ -171,9 +175,10 @@ def split_plan(rows: int, width: int, sms: int, smem_per_sm: int, cluster: Optio
     per_sm = 1 if rows * cluster <= sms else 2
     smem = smem_per_sm // per_sm
     if stage is None:
-        staged = not ordered and width <= SAMPLE_LONG and per_sm == 1 and buf is None
+        narrow = width <= SAMPLE_LONG
+        staged = not ordered and per_sm == 1 and buf is None and (narrow or not PAIR_ROWS[0] < rows <= PAIR_ROWS[1])
         stage = SPLIT_STAGE if staged else 0
-        if staged:
+        if staged and narrow:
             buf = SPLIT_BUF_ANY - SPLIT_STAGE
     elif stage < 0 or stage % 8:
         raise ValueError(f"stage: expected a multiple of 8 words >= 0, got {stage}")
