@@ -162,8 +162,8 @@ def split_plan(rows: int, width: int, sms: int, smem_per_sm: int, cluster: Optio
     9-16 rows up to W = SAMPLE_LONG (PAIR_ROWS, no cluster, buf or stage given): 8 CTAs a row
     with an unstaged SPLIT_BUF_ANY - SPLIT_STAGE words, small enough for two CTAs a
     multiprocessor."""
-    paired = (cluster is None and buf is None and stage is None and not ordered and width <= SAMPLE_LONG
-              and PAIR_ROWS[0] < rows <= PAIR_ROWS[1])
+    narrow, few = width <= SAMPLE_LONG, PAIR_ROWS[0] < rows <= PAIR_ROWS[1]
+    paired = cluster is None and buf is None and stage is None and not ordered and narrow and few
     if cluster is None:
         cluster = PAIR_ROWS[2] if paired else next(c for r, c in FEW_ROWS if rows <= r)
         while cluster > 1 and (rows * cluster > 2 * sms or _ceil(width, cluster) < MIN_SLICE):
@@ -175,8 +175,7 @@ def split_plan(rows: int, width: int, sms: int, smem_per_sm: int, cluster: Optio
     per_sm = 1 if rows * cluster <= sms else 2
     smem = smem_per_sm // per_sm
     if stage is None:
-        narrow = width <= SAMPLE_LONG
-        staged = not ordered and per_sm == 1 and buf is None and (narrow or not PAIR_ROWS[0] < rows <= PAIR_ROWS[1])
+        staged = not ordered and per_sm == 1 and buf is None and (narrow or not few)
         stage = SPLIT_STAGE if staged else 0
         if staged and narrow:
             buf = SPLIT_BUF_ANY - SPLIT_STAGE
