@@ -106,15 +106,16 @@ def test_split_plan_shapes(rows, width, want):
     any_order = split_plan(rows, width, H200["sms"], H200_SM, ordered=False)  # stable=False: no bitmaps
     # one CTA a multiprocessor: a stage for the bulk copy, half of the unordered buffer up to
     # W = SAMPLE_LONG, after the whole buffer beyond; 9-16 rows: 8 CTAs a row, unstaged, with
-    # that half as the buffer (two CTAs a multiprocessor) up to SAMPLE_LONG, unstaged beyond
+    # smaller buffers (two CTAs a multiprocessor)
     narrow = width <= topk.SAMPLE_LONG
-    few = 8 < rows <= 16
+    paired = width <= topk.PAIR_WIDTH and 8 < rows <= 16
     assert any_order.words == 0
-    if narrow and few:
-        assert any_order == SplitPlan(8, topk.SPLIT_BUF_ANY - topk.SPLIT_STAGE, 0, 12288, 0)
+    if paired:
+        buf = topk.SPLIT_BUF_ANY - topk.SPLIT_STAGE if narrow else topk.PAIR_BUF_LONG
+        assert any_order == SplitPlan(8, buf, 0, 12288, 0)
     else:
         assert any_order.buf == topk.SPLIT_BUF_ANY - (topk.SPLIT_STAGE if narrow else 0)
-        assert any_order.stage == (0 if few else topk.SPLIT_STAGE)
+        assert any_order.stage == topk.SPLIT_STAGE
         assert any_order.cluster == (p.cluster if p is not None else 16)
     assert p is None or p.stage == 0  # the ordered plans stage nothing
     if p is not None:
@@ -163,17 +164,16 @@ def test_ordered_launch_refuses_a_plan_without_bitmaps():
     (12, 4096 * 8, SplitPlan(8, 16384, 0, 12288, 0)),
     (12, 28000, SplitPlan(4, 16384, 0, 12288, 0)),  # slices below MIN_SLICE: fewer CTAs
     (16, 262144, SplitPlan(8, 16384, 0, 12288, 0)),
-    (16, 262145, SplitPlan(4, 32768, 0, 12288, 0)),  # past SAMPLE_LONG: FEW_ROWS, unstaged
-    (12, 1 << 20, SplitPlan(4, 32768, 0, 12288, 0)),  # a stage lost 0.5-0.7 us there (run 23)
+    (16, 262145, SplitPlan(8, 20480, 0, 12288, 0)),  # past SAMPLE_LONG: room for ~5K kept keys + 4.5 sd
+    (12, 1 << 20, SplitPlan(8, 20480, 0, 12288, 0)),  # PAIR_WIDTH: rows up to L = 1M
+    (16, (1 << 20) + 8, SplitPlan(4, 32768, 0, 12288, 16384)),  # wider: FEW_ROWS, staged after the buffer
     (17, 133120, SplitPlan(2, 16384, 0, 12288, 16384)),
-    (64, 1 << 20, SplitPlan(2, 32768, 0, 12288, 16384)),  # W 1M, one CTA an SM: staged after the buffer (runs 23-24)
-    (8, 1 << 20, SplitPlan(8, 32768, 0, 12288, 16384)),
+    (64, 1 << 20, SplitPlan(2, 32768, 0, 12288, 16384)),  # W 1M, one CTA a multiprocessor: staged (run 23)
 ])
 def test_split_plan_pairs_9_to_16_rows(rows, width, want):
-    """Unordered plans of 9-16 rows up to W = SAMPLE_LONG: 8 CTAs a row with buffers small
-    enough for two CTAs a multiprocessor (H100 runs 20-21), unless a cluster, buffer or stage
-    is given or the plan is ordered; wider, 4 unstaged CTAs a row, while the other plans of
-    one CTA a multiprocessor stage after their whole buffer."""
+    """Unordered plans of 9-16 rows up to W = PAIR_WIDTH (1M): 8 CTAs a row with buffers
+    small enough for two CTAs a multiprocessor (H100 runs 20, 21, 23), unless a cluster,
+    buffer or stage is given or the plan is ordered."""
     assert split_plan(rows, width, H200["sms"], H200_SM, ordered=False) == want
     assert split_plan(rows, width, H200["sms"], H200_SM, cluster=4, ordered=False).cluster == 4
     given_stage = split_plan(rows, width, H200["sms"], H200_SM, ordered=False, stage=0)
@@ -183,6 +183,23 @@ def test_split_plan_pairs_9_to_16_rows(rows, width, want):
     assert ordered is None or ordered.cluster == given_stage.cluster
     if want.cluster == 8 and want.stage == 0:  # two CTAs fit a multiprocessor
         assert 2 * (want.shared + topk.STATIC_BYTES + topk.SHARED_RESERVED) <= H200_SM
+
+
+@pytest.mark.parametrize("length, keys", [
+    (1, 1024), (262144, 1024), (262145, 2048), (524288, 2048), (524289, 4096), (1 << 20, 4096), ((1 << 31) - 1, 4096),
+])
+def test_sample_grows_with_the_row(length, keys):
+    """solo.cu's sample: a sample key stands for at most 256 columns up to L = 1M, so the
+    kept keys (about 20 sample keys' worth at the bound: ~5K) fit the 9-16-row plan's
+    PAIR_BUF_LONG / 2 = 10240 kept keys with 4.4 standard deviations to spare."""
+    assert topk.sample_keys(length) == keys
+    if length <= topk.PAIR_WIDTH:
+        assert length <= keys * 256
+    mean = -(-2048 * keys // max(length, 1))
+    want = mean + int(3 * mean ** 0.5) + 4  # solo.cu's rank of the bound in the sample
+    if length <= topk.PAIR_WIDTH and want < keys:
+        kept = want * length / keys
+        assert kept + 4.4 * want ** 0.5 * length / keys <= topk.PAIR_BUF_LONG // 2 + 1
 
 
 def test_split_plan_overrides_and_refusals():
@@ -448,12 +465,13 @@ def test_default_plans_at_serving_shapes(gen, rows, width, stable):
 
 @pytest.mark.gpu
 @needs_cuda
-@pytest.mark.parametrize("rows", [4, 80])
+@pytest.mark.parametrize("rows", [4, 12, 80])
 def test_unordered_plans_take_a_million_columns(rows):
-    """stable=False plans have no column bitmaps, so W = 1M takes topk_split (up to 64 rows)
-    or topk_solo (more), not the cluster plan: rows up to L = W (twice the sample past
-    SAMPLE_LONG), a sample planted to miss either way at those long rows, every key equal
-    (the fallback's unordered emission with ties), all against the contract."""
+    """stable=False plans have no column bitmaps, so W = 1M takes topk_split (up to 64 rows;
+    9-16 rows: the paired plan's smaller buffer) or topk_solo (more), not the cluster plan:
+    rows up to L = W (twice the sample past SAMPLE_LONG, four times past 2 x SAMPLE_LONG), a
+    sample planted to miss either way at those long rows, every key equal (the fallback's
+    unordered emission with ties), all against the contract."""
     width, k = 1 << 20, 2048
     plan = topk._plan(rows, width, torch.cuda.current_device(), False)
     assert isinstance(plan, SplitPlan if rows <= topk.SPLIT_ROWS else SoloPlan) and plan.words == 0
@@ -462,9 +480,10 @@ def test_unordered_plans_take_a_million_columns(rows):
     cycle = [width, 999_999, 262_145, 300_001, 262_144, 131_072, 5000, 2048] if rows > 4 else [999_999, width, 300_001, 262_145]
     lens = torch.tensor([cycle[i % len(cycle)] for i in range(rows)], dtype=torch.int32, device="cuda")
     x[1] = 0.25
-    for r, big in ((2, 1e3), (3, -1e3)):  # the kernel's sample positions past SAMPLE_LONG (2048 of them)
-        n = int(lens[r])
-        x[r, (2 * torch.arange(2048, device="cuda") + 1) * n // 4096] = big
+    for r, big in ((0, 1e3), (2, 1e3), (3, -1e3)):  # the kernel's sample positions (2048 or 4096 of them)
+        n, keys = int(lens[r]), topk.sample_keys(int(lens[r]))
+        assert keys > 1024
+        x[r, (2 * torch.arange(keys, device="cuda") + 1) * n // (2 * keys)] = big
     out = torch.full((rows, k), 0x7EADBEEF, dtype=torch.int32, device="cuda")
     dsa_ops.topk_decode(x, lens, k, backend="cuda", stable=False, out=out)
     _check_decode(out, x, lens, k, False, f"W 1M rows={rows} {plan}")

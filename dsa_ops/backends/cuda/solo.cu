@@ -5,7 +5,8 @@
 //
 // - A row of L <= buf keys is kept whole in shared memory (direct): one read.
 // - A longer row is sampled first (SAMPLE keys spread over [0, L), twice as many past
-//   SAMPLE_LONG); the sample sets a bound tau on the keys such that, very likely,
+//   SAMPLE_LONG, four times past 2 x SAMPLE_LONG); the sample sets a bound tau on the keys
+//   such that, very likely,
 //   k <= #{keys <= tau} <= buf / 2. The one read of the row keeps those keys with their
 //   columns. If fewer than k or more than buf / 2 were
 //   kept, the row falls back to digit passes over global memory (up to four more reads), so
@@ -22,7 +23,7 @@
 #define SAMPLE 1024  // sample keys (a multiple of NT)
 #endif
 #ifndef SAMPLE_LONG
-#define SAMPLE_LONG 262144  // rows longer than this take twice as many sample keys
+#define SAMPLE_LONG 262144  // rows longer than this take twice as many sample keys (past twice this: four times)
 #endif
 #ifndef SIGMAS
 #define SIGMAS 3  // the bound's margin, in standard deviations of the sample count
@@ -123,22 +124,23 @@ __device__ __forceinline__ void select_keys(u32* h, u32* h2, Scalars& sc, const 
 }
 
 // The bound tau of the keys a sampled row keeps (TAKE_ALL when the row is too short to
-// sample): S keys at evenly spread columns of [0, L) (S = SAMPLE, or 2 x SAMPLE for rows
-// longer than SAMPLE_LONG: a sample key stands for at most 256 columns up to 256K and 512 at
-// 1M, so that the kept count stays well inside the buffer at L = 1M); about
-// k * S / L of them are expected at or below the row's k-th key, and tau is the top of the
+// sample): S keys at evenly spread columns of [0, L) (S = SAMPLE, 2 x SAMPLE for rows longer
+// than SAMPLE_LONG, 4 x SAMPLE past 2 x SAMPLE_LONG: a sample key stands for at most 256
+// columns up to L = 1M, so that a row keeps at most about 5K keys there, mean + 4.4 standard
+// deviations inside the 10240 kept keys of the 9-16-row plan); about k * S / L of them are
+// expected at or below the row's k-th key, and tau is the top of the
 // 22-bit prefix of the sample key at that rank plus SIGMAS (3) standard deviations and 4. A
 // pure function of the row (every CTA that calls it on the same row gets the same tau). h2
 // must be zero and is left zero; sc.kr is k again after the caller's next barrier.
 __device__ __forceinline__ u32 sample_tau(const float* __restrict__ x, int L, int k, u32* h2, Scalars& sc) {
     u32 tau = TAKE_ALL;
-    const int S = L > SAMPLE_LONG ? 2 * SAMPLE : SAMPLE;
+    const int S = L > 2 * SAMPLE_LONG ? 4 * SAMPLE : (L > SAMPLE_LONG ? 2 * SAMPLE : SAMPLE);
     const u32 mean = (u32)(((i64)k * S + L - 1) / L);
     const u32 want = mean + (u32)(SIGMAS * sqrtf((float)mean)) + 4u;
     if (want < (u32)S) {
-        u32 sk[2 * SAMPLE / NT];
+        u32 sk[4 * SAMPLE / NT];
 #pragma unroll
-        for (int u = 0; u < 2 * SAMPLE / NT; ++u) {
+        for (int u = 0; u < 4 * SAMPLE / NT; ++u) {
             const i64 j = (i64)threadIdx.x + u * NT;
             sk[u] = 0u;
             if (j < S) {
@@ -153,7 +155,7 @@ __device__ __forceinline__ u32 sample_tau(const float* __restrict__ x, int L, in
         clear_own(h2);
         __syncthreads();
 #pragma unroll
-        for (int u = 0; u < 2 * SAMPLE / NT; ++u)
+        for (int u = 0; u < 4 * SAMPLE / NT; ++u)
             if (u * NT + (int)threadIdx.x < S && (sk[u] >> 21) == bs) atomicAdd(h2 + ((sk[u] >> 10) & 0x7FFu), 1u);
         __syncthreads();
         choose_bin_a2a(h2, 1, 0, sc, false);

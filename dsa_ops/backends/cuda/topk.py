@@ -48,21 +48,23 @@ SPLIT_BUF_MAX = 16384  # split, ordered: words of the leader's buffer (at most h
 # Unordered plans (no bitmaps): the split's buffer, and solo's up to W = SAMPLE_LONG (beyond:
 # SOLO_BUF_MAX). More shared memory than this costs L1 (H100 run 16: split 53504 words
 # +0.3-1.3 us at 16 / 64 rows; solo 24320 words: prefill C = 128K 4.05 ms against 3.69 at 16128).
-SPLIT_BUF_ANY = 32768  # 16384 kept keys: L = 1M keeps about 7K under the 2048-key sample
+SPLIT_BUF_ANY = 32768  # 16384 kept keys: a row of L <= 1M keeps about 5K under the sampled bound
 # Unordered split plans with one CTA a multiprocessor: a stage the bulk copy engine lands a
 # slice in during the sample (split.cu; H100 run 19: -0.2..-0.8 us at most 32K / 128K points),
 # or, for slices of RING_MIN keys or more, the ring they stream through (H200 run 22: 64 x 128K
 # -2.4 us). Up to W = SAMPLE_LONG carved out of SPLIT_BUF_ANY (a row of L <= 256K keeps at most
-# ~5K keys); wider rows keep the whole SPLIT_BUF_ANY and the stage comes after it, except for
-# 9-16 rows (H100 runs 23 / 24, W 1M: 32 / 64 x 128K -1.2..-1.7 us, elsewhere +-0.3; 9-16 rows
-# +0.5..0.7 with it).
+# ~5K keys); wider rows keep the whole SPLIT_BUF_ANY and the stage comes after it (H100 run 23:
+# W 1M 32 / 64 x 128K -1.7 us, 32K -0.5 / +0.4).
 SPLIT_STAGE = 16384
 SOLO_BUF_ANY = 16384
-# Unordered split plans of PAIR_ROWS[0] < rows <= PAIR_ROWS[1] up to W = SAMPLE_LONG: PAIR_ROWS[2]
-# CTAs a row, each with SPLIT_BUF_ANY - SPLIT_STAGE words and no stage, so that two CTAs fit a
-# multiprocessor and every cluster is placed at once (H100 run 20: 16 x 128K 24.4 against 25.9
-# us with 4 staged CTAs a row; with one CTA a multiprocessor clusters of 8 ran in two waves).
+# Unordered split plans of PAIR_ROWS[0] < rows <= PAIR_ROWS[1] up to W = PAIR_WIDTH: PAIR_ROWS[2]
+# CTAs a row, each with SPLIT_BUF_ANY - SPLIT_STAGE words (PAIR_BUF_LONG past W = SAMPLE_LONG: rows
+# up to 1M keep up to ~5K keys, mean + 4.4 standard deviations inside 10240) and no stage, so
+# that two CTAs fit a multiprocessor and every cluster is placed at once (H100 run 20: 16 x 128K
+# 24.4 against 25.9 us with 4 staged CTAs a row; with one CTA a multiprocessor clusters of 8 ran
+# in two waves; run 23, W 1M: 12 / 16 x 128K 21.8 / 25.1 against 25.2 / 26.7).
 PAIR_ROWS = (8, 16, 8)
+PAIR_BUF_LONG = 20480
 SPLIT_ROWS = 64  # up to this many rows topk_split is the default plan (docs/cuda-kernel.md §4.3)
 
 
@@ -156,32 +158,33 @@ def split_plan(rows: int, width: int, sms: int, smem_per_sm: int, cluster: Optio
     bitmaps leave less than SOLO_BUF_MIN words of buffer (``ordered`` and W above ~700K; the
     unordered plan has no bitmaps and fits every width). Cluster sizes as the few-rows table
     (FEW_ROWS); two CTAs a multiprocessor when the grid needs them. ``stage`` (words, a
-    multiple of 8): room after the buffer for the slice's bulk copy; by default SPLIT_STAGE
-    for unordered plans with one CTA a multiprocessor (carved out of SPLIT_BUF_ANY up to W =
-    SAMPLE_LONG, after it beyond, where 9-16 rows take none), else none. Unordered plans of
-    9-16 rows up to W = SAMPLE_LONG (PAIR_ROWS, no cluster, buf or stage given): 8 CTAs a row
-    with an unstaged SPLIT_BUF_ANY - SPLIT_STAGE words, small enough for two CTAs a
-    multiprocessor."""
-    narrow, few = width <= SAMPLE_LONG, PAIR_ROWS[0] < rows <= PAIR_ROWS[1]
-    paired = cluster is None and buf is None and stage is None and not ordered and narrow and few
+    multiple of 8): room after the buffer for the slice's bulk copy; by default SPLIT_STAGE for
+    unordered plans with one CTA a multiprocessor (carved out of SPLIT_BUF_ANY up to W =
+    SAMPLE_LONG, after it beyond), else none. Unordered plans of 9-16 rows up to W = PAIR_WIDTH
+    (PAIR_ROWS, no cluster, buf or stage given): 8 CTAs a row with an unstaged buffer of
+    SPLIT_BUF_ANY - SPLIT_STAGE words (PAIR_BUF_LONG past SAMPLE_LONG), small enough for two
+    CTAs a multiprocessor."""
+    narrow = width <= SAMPLE_LONG
+    paired = (cluster is None and buf is None and stage is None and not ordered and width <= PAIR_WIDTH
+              and PAIR_ROWS[0] < rows <= PAIR_ROWS[1])
     if cluster is None:
         cluster = PAIR_ROWS[2] if paired else next(c for r, c in FEW_ROWS if rows <= r)
         while cluster > 1 and (rows * cluster > 2 * sms or _ceil(width, cluster) < MIN_SLICE):
             cluster //= 2
     if paired:
-        buf, stage = SPLIT_BUF_ANY - SPLIT_STAGE, 0
+        buf, stage = (SPLIT_BUF_ANY - SPLIT_STAGE if narrow else PAIR_BUF_LONG), 0
     if not 1 <= cluster <= MAX_CLUSTER or cluster & (cluster - 1):
         raise ValueError(f"cluster: expected a power of two in [1, {MAX_CLUSTER}], got {cluster}")
     per_sm = 1 if rows * cluster <= sms else 2
     smem = smem_per_sm // per_sm
     if stage is None:
-        staged = not ordered and per_sm == 1 and buf is None and (narrow or not few)
+        staged = not ordered and per_sm == 1 and buf is None
         stage = SPLIT_STAGE if staged else 0
         if staged and narrow:
             buf = SPLIT_BUF_ANY - SPLIT_STAGE
     elif stage < 0 or stage % 8:
         raise ValueError(f"stage: expected a multiple of 8 words >= 0, got {stage}")
-    # unordered: no bitmaps, and room for a row of L = 1M (its ~7K keys under the bound, with a
+    # unordered: no bitmaps, and room for a row of L = 1M (its ~5K keys under the bound, with a
     # wide margin; a row that overflows falls back to the leader alone)
     layout = _solo_layout(width, smem - 4 * stage, buf, SPLIT_BUF_MAX if ordered else SPLIT_BUF_ANY, ordered)
     if layout is None:
@@ -268,10 +271,19 @@ def _define(name: str) -> int:
     return int(m.group(1))
 
 
-SAMPLE_LONG = _define("SAMPLE_LONG")  # solo.cu: rows longer than this take twice the sample
+SAMPLE = _define("SAMPLE")  # solo.cu: keys in a row's sample (rows of L <= SAMPLE_LONG)
+SAMPLE_LONG = _define("SAMPLE_LONG")  # solo.cu: rows longer than this take twice the sample, past twice this four times
+PAIR_WIDTH = 4 * SAMPLE_LONG  # the widest rows of the 9-16-row plan (PAIR_ROWS): L = 1M keeps ~5K keys
 KEEPB_MIN = _define("KEEPB_MIN")  # split.cu: keep_slice reads slices of this many keys or more in batches
 RING_MIN = _define("RING_MIN")  # split.cu: slices of this many keys or more stream through the stage as a ring
 RING_SLOT = _define("RING_SLOT")  # split.cu: words a slot of that ring (two slots at least, else no ring)
+
+
+def sample_keys(length: int) -> int:
+    """Keys in the sample of a row of ``length`` (solo.cu's sample_tau): SAMPLE, twice as
+    many past SAMPLE_LONG, four times past 2 x SAMPLE_LONG, so that a sample key stands for
+    at most SAMPLE_LONG / SAMPLE columns up to L = 1M."""
+    return SAMPLE * (4 if length > 2 * SAMPLE_LONG else 2 if length > SAMPLE_LONG else 1)
 
 
 @functools.lru_cache(maxsize=None)
