@@ -95,3 +95,27 @@ def test_host_cost_runs_and_reports_every_form(tmp_path):
     assert len(rows) == 7, res.stdout
     got = json.loads((tmp_path / "h.json").read_text())["us"]["no-op"]
     assert set(got) == {r.split(" | ")[1] for r in rows} and all(v > 0 for v in got.values())
+
+
+def test_split_replays_facts_from_made_up_stamps():
+    """dsa_ops.devtools.cuda_split_replays reads a launch's nanosecond stamps: two rows of two
+    CTAs, the second row's leader starting 3 us late and spending 50 us in its finish; the
+    facts must name the placement spread, the span and the leaders' slowest phases."""
+    import torch
+
+    tool = importlib.import_module("dsa_ops.devtools.cuda_split_replays")
+    d = torch.zeros(4, 16, dtype=torch.float64)
+    # stamps: 0 start, 2 sample, 6 read, 7 exchange, 1 count, 5 end (leaders: CTAs 0 and 2)
+    for cta, t0, finish in ((0, 1000, 2000), (2, 4000, 50000)):
+        d[cta, [0, 2, 6, 7, 1, 5]] = torch.tensor([t0, t0 + 1500, t0 + 4000, t0 + 4500, t0 + 5000,
+                                                    t0 + 5000 + finish], dtype=torch.float64)
+    d[1, [0, 2, 6]] = torch.tensor([1200, 2700, 5000], dtype=torch.float64)  # a non-leader: no 7 / 1 / 5
+    d[3, [0, 2, 6]] = torch.tensor([4100, 5600, 8000], dtype=torch.float64)
+    f = tool._launch_facts(d, cluster=2)
+    assert f["start_spread_us"] == pytest.approx(3.1)
+    assert f["span_us"] == pytest.approx((4000 + 5000 + 50000 - 1000) / 1e3)
+    assert f["sample_max_us"] == pytest.approx(1.5) and f["read_max_us"] == pytest.approx(2.5)
+    assert f["finish_max_us"] == pytest.approx(50.0) and f["count_max_us"] == pytest.approx(0.5)
+    assert tool._case("12x1048576x32768:split:8:16384+any") == (12, 1048576, 32768, "split:8:16384+any")
+    with pytest.raises(SystemExit, match="ROWSxWIDTHxLENGTH"):
+        tool._case("12x32768:auto")

@@ -83,9 +83,19 @@ __device__ __forceinline__ void row_sync(int C) {
 #endif
 
 // Phase clock of CTA blockIdx.x, for dsa_ops/devtools/cuda_topk_variants.py (dbg is null
-// in the backend's launches).
+// in the backend's launches): the SM's clock64, or with STAMP_NS=1 the global nanosecond
+// timer (comparable across CTAs: devtools/cuda_split_replays.py).
+#ifndef STAMP_NS
+#define STAMP_NS 0
+#endif
+__device__ __forceinline__ long long stamp_now() {
+    if (!STAMP_NS) return clock64();
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return (long long)t;
+}
 #define STAMP(i)                                                                          \
-    if (dbg != nullptr && threadIdx.x == 0) dbg[(i64)blockIdx.x * 16 + (i)] = clock64();
+    if (dbg != nullptr && threadIdx.x == 0) dbg[(i64)blockIdx.x * 16 + (i)] = stamp_now();
 
 // The shared::cluster address of `p` (in this CTA's shared memory) in CTA `cta`.
 __device__ __forceinline__ u32 remote_addr(const void* p, u32 cta) {
