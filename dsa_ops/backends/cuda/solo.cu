@@ -25,6 +25,9 @@
 #ifndef SAMPLE_LONG
 #define SAMPLE_LONG 262144  // rows longer than this take twice as many sample keys (past twice this: four times)
 #endif
+#ifndef SAMPLE_WIDE
+#define SAMPLE_WIDE 1  // 0: no fourfold sample past 2 x SAMPLE_LONG (run 23's kernel, for A/B runs)
+#endif
 #ifndef SIGMAS
 #define SIGMAS 3  // the bound's margin, in standard deviations of the sample count
 #endif
@@ -134,13 +137,14 @@ __device__ __forceinline__ void select_keys(u32* h, u32* h2, Scalars& sc, const 
 // must be zero and is left zero; sc.kr is k again after the caller's next barrier.
 __device__ __forceinline__ u32 sample_tau(const float* __restrict__ x, int L, int k, u32* h2, Scalars& sc) {
     u32 tau = TAKE_ALL;
-    const int S = L > 2 * SAMPLE_LONG ? 4 * SAMPLE : (L > SAMPLE_LONG ? 2 * SAMPLE : SAMPLE);
+    const int S = SAMPLE_WIDE && L > 2 * SAMPLE_LONG ? 4 * SAMPLE : (L > SAMPLE_LONG ? 2 * SAMPLE : SAMPLE);
+    constexpr int SK = (SAMPLE_WIDE ? 4 : 2) * SAMPLE / NT;  // sample keys a thread, at most
     const u32 mean = (u32)(((i64)k * S + L - 1) / L);
     const u32 want = mean + (u32)(SIGMAS * sqrtf((float)mean)) + 4u;
     if (want < (u32)S) {
-        u32 sk[4 * SAMPLE / NT];
+        u32 sk[SK];
 #pragma unroll
-        for (int u = 0; u < 4 * SAMPLE / NT; ++u) {
+        for (int u = 0; u < SK; ++u) {
             const i64 j = (i64)threadIdx.x + u * NT;
             sk[u] = 0u;
             if (j < S) {
@@ -155,7 +159,7 @@ __device__ __forceinline__ u32 sample_tau(const float* __restrict__ x, int L, in
         clear_own(h2);
         __syncthreads();
 #pragma unroll
-        for (int u = 0; u < 4 * SAMPLE / NT; ++u)
+        for (int u = 0; u < SK; ++u)
             if (u * NT + (int)threadIdx.x < S && (sk[u] >> 21) == bs) atomicAdd(h2 + ((sk[u] >> 10) & 0x7FFu), 1u);
         __syncthreads();
         choose_bin_a2a(h2, 1, 0, sc, false);
