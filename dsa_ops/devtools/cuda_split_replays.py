@@ -4,10 +4,12 @@
 
 Each case ``ROWSxWIDTHxLENGTH:SPEC`` (SPEC as ``cuda_topk_variants``: ``auto+any``,
 ``split:8:16384+any``, ...) uses the harness's data (the same seed), then launches the plan
-``--launches`` times with the L2 flushed before each, timed with CUDA events, the kernel built
+``--launches`` times with the L2 flushed before each, timed with CUDA events (a busy wait
+before the start event keeps the host's enqueue out of the time), the kernel built
 with ``STAMP_NS=1`` so that every CTA's phase stamps are global nanoseconds (comparable across
 CTAs), and every launch's output checked against the reference (any order). Per case it
-reports the time quantiles, the wrong outputs, and for the slowest launches where the time
+reports the time quantiles, the quantiles of the stamped span (first CTA start to last CTA
+end: the kernel alone), the wrong outputs, and for the slowest launches where the time
 went: the spread of the CTAs' starts (placement), the leaders' phases (sample, read,
 exchange, count, finish) and the latest CTA's end.
 """
@@ -20,6 +22,11 @@ import sys
 import torch
 
 from dsa_ops.devtools import cuda_topk_variants as harness
+
+# A busy wait enqueued before each launch's start event (about 100 us): without it the events
+# time the host's enqueue of the launch too (H100 run 25: events 40-50 us around kernels whose
+# stamped span was 11-22 us).
+HOLD_CYCLES = 200_000
 
 STEPS = (("sample", 0, 2), ("read", 2, 6), ("exchange", 6, 7), ("count", 7, 1), ("finish", 1, 5))
 
@@ -70,6 +77,7 @@ def run_case(rows: int, width: int, length: int, spec: str, launches: int) -> di
         dbg.zero_()
         out.fill_(-7)
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(HOLD_CYCLES)  # the GPU waits here while the host enqueues the launch
         a.record()
         topk.launch(x, lens, lens, lens, 0, 1, 2048, out, plan=plan, dbg=dbg, program=program, ordered=ordered)
         b.record()
@@ -81,6 +89,8 @@ def run_case(rows: int, width: int, length: int, spec: str, launches: int) -> di
         wrong += int(not bool((out.sort(1).values == want).all()))
     t = torch.tensor(times)
     q = {f"p{int(p * 100)}_us": float(t.quantile(p)) for p in (0.1, 0.5, 0.9)}
+    span = torch.tensor([f["span_us"] for f in facts])
+    q.update({f"span_p{int(p * 100)}_us": float(span.quantile(p)) for p in (0.1, 0.5, 0.9)})
     slow = sorted(range(len(times)), key=lambda i: -times[i])[:5]
     fast = sorted(range(len(times)), key=lambda i: times[i])[:3]
     return {"rows": rows, "width": width, "length": length, "spec": spec, "plan": harness._shape(plan),
@@ -107,7 +117,8 @@ def main(argv=None) -> int:
         recs.append(r)
         s = r["slowest"][0]
         print(f"[{n}/{len(cases)}] {rows:>3} x {length:>7} W {width:>7} {spec:<24} p10 {r['p10_us']:7.1f} "
-              f"p50 {r['p50_us']:7.1f} p90 {r['p90_us']:7.1f} max {r['max_us']:7.1f} slow {r['slow_over_2x_p10']:3d} "
+              f"p50 {r['p50_us']:7.1f} p90 {r['p90_us']:7.1f} max {r['max_us']:7.1f} span p50 {r['span_p50_us']:6.1f} "
+              f"p90 {r['span_p90_us']:6.1f} slow {r['slow_over_2x_p10']:3d} "
               f"wrong {r['wrong']} | slowest: " + " ".join(f"{k} {v:.1f}" for k, v in s.items()),
               file=sys.stderr, flush=True)
     with open(args.out, "w") as f:
