@@ -108,3 +108,33 @@ def test_demo_runs_and_checks_every_layer(capsys):
     for name in ("eager", "compiled", "compiled, new lengths"):
         assert f"  {name}: matches the reference on all 3 layers" in out
     assert out.rstrip().endswith("demo OK")
+
+
+def test_bench_side_by_side_counts_targets_from_the_runs_own_timings():
+    """bench.md's issue-23 table: cuda against 0.8x raw cooperative_topk and against vllm's
+    prefill, from the records of the same run; a wrong output never holds; no peer, no table."""
+    from dsa_ops.commands.bench import _side_by_side
+
+    def rec(fam, rows, length, backend, us, verified="ok"):
+        return {"family": fam, "rows": rows, "width": 133120 if fam == "decode" else length, "length": length,
+                "backend": backend, "median_us": us, "verified": verified}
+
+    records = [
+        rec("decode", 64, 131072, "cuda", 37.5), rec("decode", 64, 131072, "vllm_cooperative:raw", 47.0),
+        rec("decode", 1, 4096, "cuda", 8.6), rec("decode", 1, 4096, "vllm_cooperative:raw", 7.5),
+        rec("decode", 8, 4096, "cuda", 5.0, verified="WRONG"), rec("decode", 8, 4096, "vllm_cooperative:raw", 7.6),
+        rec("decode", 16, 4096, "cuda", 5.0),  # no peer timed here: no row
+        rec("prefill", 16384, 131072, "cuda", 3677.0), rec("prefill", 16384, 131072, "vllm", 5990.0),
+        rec("prefill", 16384, 16384, "cuda", 720.0), rec("prefill", 16384, 16384, "vllm", 710.0),
+    ]
+    names = ["cuda", "vllm", "vllm_cooperative", "vllm_cooperative:raw", "reference"]
+    text = _side_by_side(records, names)
+    assert "| decode | 64 | 133120 | 131072 | 47.0 | 37.6 | 37.5 (0.80x, holds) |" in text
+    assert "| decode | 1 | 133120 | 4096 | 7.5 | 6.0 | 8.6 (1.15x) |" in text
+    assert "| decode | 8 | 133120 | 4096 | 7.6 | 6.1 | 5.0 (0.66x) |" in text  # wrong: never holds
+    assert "| 16 | 133120 | 4096 |" not in text
+    assert "| prefill | 16384 | 131072 | 131072 | 5990.0 | 5990.0 | 3677.0 (0.61x, holds) |" in text
+    assert "| prefill | 16384 | 16384 | 16384 | 710.0 | 710.0 | 720.0 (1.01x) |" in text
+    assert "- cuda: decode target held at 1 of 3 shapes; prefill at 1 of 2 chunks." in text
+    assert "vllm_cooperative us (/ peer)" not in text and "reference us" not in text  # peers and reference: no column
+    assert _side_by_side([r for r in records if r["backend"] == "cuda"], names) == ""
