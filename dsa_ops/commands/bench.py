@@ -211,10 +211,10 @@ def _side_by_side(records: list[dict], names: list[str]) -> str:
     against 0.8x raw cooperative_topk (vLLM's op called directly); per prefill chunk, against
     the vllm backend (vLLM's top_k_per_row_prefill). Empty when no peer was timed."""
     own = [n for n in names if n != "reference" and ":" not in n and not n.startswith(PEERS)]
-    by = {(r["family"], r["rows"], r["width"], r["length"], r["backend"]): r for r in records if "median_us" in r}
     if not own:
         return ""
-    lines, held = [], {n: [0, 0, 0, 0] for n in own}  # decode held / timed, prefill held / timed
+    by = {(r["family"], r["rows"], r["width"], r["length"], r["backend"]): r for r in records if "median_us" in r}
+    lines, held = [], {n: {"decode": [0, 0], "prefill": [0, 0]} for n in own}  # [held, timed]
     shapes = dict.fromkeys((r["family"], r["rows"], r["width"], r["length"]) for r in records)
     for fam, rows, width, length in shapes:
         peer = by.get((fam, rows, width, length, RAW_COOP if fam == "decode" else "vllm"))
@@ -231,9 +231,8 @@ def _side_by_side(records: list[dict], names: list[str]) -> str:
             ok = r["median_us"] <= bar if fam == "decode" else r["median_us"] < bar
             if r.get("verified", "ok") != "ok":
                 ok = False
-            base = 2 if fam == "prefill" else 0
-            held[n][base] += int(ok)
-            held[n][base + 1] += 1
+            held[n][fam][0] += int(ok)
+            held[n][fam][1] += 1
             cells.append(f"{r['median_us']:.1f} ({ratio:.2f}x{', holds' if ok else ''})")
         lines.append("| " + " | ".join(cells) + " |")
     if not lines:
@@ -241,7 +240,7 @@ def _side_by_side(records: list[dict], names: list[str]) -> str:
     head = ["family", "rows", "W", "L", "peer us", "target us"] + [f"{n} us (/ peer)" for n in own]
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + lines + [""]
     for n in own:
-        d_ok, d_n, p_ok, p_n = held[n]
+        (d_ok, d_n), (p_ok, p_n) = held[n]["decode"], held[n]["prefill"]
         out.append(f"- {n}: decode target held at {d_ok} of {d_n} shapes; prefill at {p_ok} of {p_n} chunks.")
     return "\n".join(out)
 
