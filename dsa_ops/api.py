@@ -40,11 +40,20 @@ def _static_checks(family: str, metas: tuple, k, next_n, compress_ratio, stable)
     validate.check_static(family, metas, k, next_n, compress_ratio, stable)
 
 
+def _policy_scalars() -> tuple[bool, int]:
+    """The current policy's ``stable`` flag and ``prefill_threshold``, for the compiled paths:
+    ``policy.current()`` may stat ``$DSA_OPS_POLICY``'s file, which dynamo cannot trace, so
+    it runs here, outside the trace, and the two values fold to constants."""
+    pol = policy_mod.current()
+    return pol.stable, pol.prefill_threshold
+
+
 # What ``torch.compiler.assume_constant_result`` does, without importing dynamo at import time
 # (``import dsa_ops`` stays cheap; tests/test_api_paths.py checks the two stay the same): dynamo
 # calls these with constant arguments at trace time and folds the result.
 _policy_backend._dynamo_marked_constant = True
 _static_checks._dynamo_marked_constant = True
+_policy_scalars._dynamo_marked_constant = True
 
 
 def _meta(t) -> tuple | str:
@@ -224,7 +233,7 @@ def _compiled_decode(logits, lengths, k, next_n, backend, out, compress_ratio, s
     validate.check_decode(logits, lengths, k, next_n, compress_ratio)
     if out is not None:
         validate.check_out(out, logits, k)
-    stable = _stable(stable, policy_mod.current())
+    stable = _policy_scalars()[0] if stable is None else stable
     if check:
         validate.check_decode_values(logits, lengths, next_n, validate.decode_layout(lengths, logits.shape[0], next_n))
     if backend is None:
@@ -314,15 +323,15 @@ def _compiled_prefill(logits, row_starts, row_ends, k, max_seqlen_k, backend, ou
     if out is not None:
         validate.check_out(out, logits, k)
     validate.check_max_seqlen_k(max_seqlen_k)
-    pol = policy_mod.current()
-    stable = _stable(stable, pol)
+    pol_stable, threshold = _policy_scalars()
+    stable = pol_stable if stable is None else stable
     if check:
         validate.check_prefill_values(logits, row_starts, row_ends)
     if backend is None:
         # The host branch (a guard under dynamo): which side of the threshold are we on?
         # An explicit `if` so dynamo guards on the comparison and passes on a constant.
         long = False
-        if max_seqlen_k is not None and max_seqlen_k >= pol.prefill_threshold:
+        if max_seqlen_k is not None and max_seqlen_k >= threshold:
             long = True
         backend = _policy_backend("prefill", logits.device.type, k, compress_ratio, None, stable, long)
     op = _backend_op(backend, "prefill", logits, k, compress_ratio, stable, out is not None)

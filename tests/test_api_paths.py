@@ -29,7 +29,7 @@ def test_marked_constant_matches_torch():
     marked = torch.compiler.assume_constant_result(probe)
     attrs = {a for a in vars(marked)}
     assert attrs == {"_dynamo_marked_constant"}
-    for fn in (api._policy_backend, api._static_checks, validate._fail):
+    for fn in (api._policy_backend, api._static_checks, api._policy_scalars, validate._fail):
         assert getattr(fn, "_dynamo_marked_constant") is True
 
 

@@ -9,7 +9,7 @@ from torch._dynamo.testing import CompileCounterWithBackend
 import dsa_ops
 from dsa_ops import api, ops
 from dsa_ops import policy as P
-from dsa_ops.testing import assert_prefill_equivalent
+from dsa_ops.testing import assert_decode_equivalent, assert_prefill_equivalent
 from tests.standins import standin_backend
 
 THRESHOLD = 1000
@@ -117,3 +117,29 @@ def test_compiled_prefill_width_changes_do_not_recompile(routed):
         m = (THRESHOLD - 1, THRESHOLD + 5)[i % 2]
         assert_prefill_equivalent(fn(x, s, e, m), x, s, e, 64)
     assert cnt.frame_count == 2
+
+
+def test_policy_file_from_the_env_var_compiles_with_fullgraph(tmp_path, monkeypatch):
+    """$DSA_OPS_POLICY names a file whose mtime policy.current() reads (os.stat, which dynamo
+    cannot trace): the compiled paths read the policy outside the trace, so fullgraph
+    compiles of both entry points work with it set, and the file's threshold is the guard."""
+    with standin_backend("standin_aiter_prefill") as long_name:
+        pol = P.Policy(decode=(P.Rule("reference"),),
+                       prefill=(P.Rule(long_name, "long chunks", long=True), P.Rule("torch_topk", "short chunks")),
+                       prefill_threshold=THRESHOLD)
+        path = tmp_path / "policy.json"
+        P.save(pol, path)
+        monkeypatch.setenv(P.ENV_VAR, str(path))
+        x, s, e = _inputs()
+        rec = OpRecorder()
+        cnt = CompileCounterWithBackend(rec)
+        torch._dynamo.reset()
+        prefill = torch.compile(lambda x, s, e, m: dsa_ops.topk_prefill(x, s, e, k=64, max_seqlen_k=m),
+                                fullgraph=True, backend=cnt, dynamic=True)
+        for m in (5, THRESHOLD, 17, 70000):
+            assert_prefill_equivalent(prefill(x, s, e, m), x, s, e, 64)
+        assert cnt.frame_count == 2
+        assert _expected("torch_topk") in rec.graphs[0] and _expected(long_name) in rec.graphs[1]
+        decode = torch.compile(lambda x, lens: dsa_ops.topk_decode(x, lens, k=8), fullgraph=True, backend="eager")
+        lens = torch.tensor([0, 3, 8, 100, 400, 399], dtype=torch.int32)
+        assert_decode_equivalent(decode(x, lens), x, lens, 8)
