@@ -4,7 +4,8 @@ Three ways through each entry point:
 
 * **Eager** (the common serving case): the host checks, the policy's choice and the backend's
   support check are made once per (shapes, strides, dtypes, devices, k, next_n, stable,
-  backend, policy) and cached as a :class:`_Route`; a repeat call costs a dict lookup, an
+  backend, policy, and the types of the int / bool arguments, so that ``k=8.0`` or
+  ``stable=1`` never reuse the route of ``k=8`` or ``stable=True``) and cached as a :class:`_Route`; a repeat call costs a dict lookup, an
   overlap test of ``out`` and the writer. On plain tensors with no torch function / dispatch
   mode and no profiler active, the route calls the backend's writer directly (what the
   backend op's kernel runs), skipping the dispatcher; otherwise it calls the backend op.
@@ -206,7 +207,7 @@ def topk_decode(
     try:
         key = ("decode", logits.dtype, logits.device, logits.shape, logits.stride(), lengths.dtype, lengths.device,
                lengths.shape, lengths.stride(), None if out is None else _tmeta(out), k, next_n, compress_ratio,
-               stable, backend, id(pol))
+               stable, backend, id(pol), k.__class__, next_n.__class__, compress_ratio.__class__, stable.__class__)
         route = _cached(key, pol)
     except (AttributeError, TypeError):  # not tensors, or unhashable arguments: the checks below say what
         key, route = None, None
@@ -294,7 +295,7 @@ def topk_prefill(
         key = ("prefill", logits.dtype, logits.device, logits.shape, logits.stride(), row_starts.dtype,
                row_starts.device, row_starts.shape, row_starts.stride(), row_ends.dtype, row_ends.device,
                row_ends.shape, row_ends.stride(), None if out is None else _tmeta(out), k, compress_ratio, stable,
-               backend, long, id(pol))
+               backend, long, id(pol), k.__class__, compress_ratio.__class__, stable.__class__)
         route = _cached(key, pol)
     except (AttributeError, TypeError):
         key, route = None, None

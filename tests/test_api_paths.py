@@ -89,6 +89,37 @@ def test_eager_route_is_cached_and_calls_the_writer(counting_backend, monkeypatc
     assert looked_up == [name, name, name]  # one route per (family, shapes)
 
 
+@pytest.mark.parametrize("family", ["decode", "prefill"])
+@pytest.mark.parametrize("arg, good, bad", [("k", 8, 8.0), ("k", 1, True), ("stable", True, 1), ("stable", False, 0),
+                                            ("next_n", 1, 1.0), ("next_n", 1, True), ("compress_ratio", 1, 1.0),
+                                            ("compress_ratio", 1, True)])
+def test_a_cached_route_never_admits_an_argument_it_would_reject(family, arg, good, bad):
+    """A bad argument equal (==) to a good one (8.0 == 8, True == 1) raises the same
+    ValueError whether or not a call with the good value cached its route first; out stays
+    untouched."""
+    if family == "prefill" and arg == "next_n":
+        pytest.skip("prefill has no next_n")
+    x, lt = torch.randn(2, 64), data.i32([10, 64])
+    s = data.i32([0, 5])
+
+    def call(**kw):
+        if family == "decode":
+            return dsa_ops.topk_decode(x, lt, backend="reference", **kw)
+        return dsa_ops.topk_prefill(x, s, lt, backend="reference", **kw)
+
+    base = {"k": 8}
+    width = good if arg == "k" else 8
+    api._ROUTES.clear()
+    for warm in (False, True):
+        for given in (False, True):
+            if warm:  # the good value's route, with and without out, is cached
+                call(**{**base, arg: good}, out=torch.empty((2, width), dtype=torch.int32) if given else None)
+            out = torch.full((2, width), 7, dtype=torch.int32) if given else None
+            with pytest.raises(ValueError, match=f"^{arg}:"):
+                call(**{**base, arg: bad}, out=out)
+            assert out is None or bool((out == 7).all())
+
+
 def test_eager_route_goes_through_the_op_under_a_mode(counting_backend):
     """With a dispatch mode active (here FakeTensorMode via from_tensor) the op runs, so the
     mode sees it: the direct path is only for plain tensors."""
