@@ -164,7 +164,7 @@ _DEFAULT_DECODE = (
          platform="rocm", arch="gfx950", k=2048, compress_ratio=1),
     Rule("vllm", "vLLM in-tree kernel on ROCm where the AITER gate does not apply", platform="rocm"),
     Rule("cuda", "dsa-ops CUDA radix select (clusters; one CTA a row for short rows and many rows): faster than "
-         "triton at 23 of 24 calibrated decode shapes on the H200 (docs/benchmarks/h200-policy.md)",
+         "triton at 22 of 24 calibrated decode shapes on the H200 (docs/benchmarks/h200-policy.md)",
          platform="cuda", arch="sm_90"),
     Rule("triton", "dsa-ops Triton radix select", platform="cuda"),
     Rule("triton", "dsa-ops Triton radix select (ROCm without AITER / vLLM)", platform="rocm"),
