@@ -17,6 +17,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="dsa-ops",
         description="The DSA sparse-indexer top-k as torch.library ops, with a compile-pipeline backend policy.",
     )
+    from dsa_ops import __version__
+
+    parser.add_argument("--version", action="version", version=f"dsa-ops {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in COMMANDS:
         mod = importlib.import_module(f"dsa_ops.commands.{name}")

@@ -5,6 +5,7 @@ each run the way its docstring says (``python -m dsa_ops.devtools.<probe>``)."""
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
 import subprocess
 import sys
@@ -119,3 +120,16 @@ def test_split_replays_facts_from_made_up_stamps():
     assert tool._case("12x1048576x32768:split:8:16384+any") == (12, 1048576, 32768, "split:8:16384+any")
     with pytest.raises(SystemExit, match="ROWSxWIDTHxLENGTH"):
         tool._case("12x32768:auto")
+
+
+@pytest.mark.parametrize("tool", ["probe_radix", "read_probe", "ncu_radix", "ncu_cuda_topk", "ncu_stalls"])
+def test_hand_parsed_tools_answer_help(tool):
+    """Tools that read sys.argv by hand print their docstring for --help and exit 0, before
+    they touch a GPU or take --help for a file name."""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    run = subprocess.run([sys.executable, "-m", f"dsa_ops.devtools.{tool}", "--help"], capture_output=True,
+                         text=True, timeout=120, env=env)
+    doc = importlib.util.find_spec(f"dsa_ops.devtools.{tool}")
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "Traceback" not in run.stderr and run.stdout.strip(), (run.stdout, run.stderr)
+    assert doc is not None and run.stdout.split()[0] in Path(doc.origin).read_text()

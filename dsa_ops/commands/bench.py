@@ -30,7 +30,7 @@ import torch
 
 from dsa_ops.commands import bench_raw
 
-HELP = "time every available backend (decode graph replays, prefill eager); write table, JSON, PNG"
+HELP = "time every available backend (decode graph replays, prefill eager); write table, JSON (PNG with matplotlib)"
 
 # vLLM cooperative_topk on one H200 (issue 3), us per call; target = 0.8x of it, and
 # <= 10 us at 128K for rows <= 16.
@@ -42,22 +42,27 @@ COOP_US = {
 VLLM_PREFILL_US = {16384: 690.0, 32768: 1330.0, 65536: 2640.0, 131072: 5040.0}
 PREFILL_TARGET_US = {131072: 3000.0}
 PREFILL_ROWS = 16384
+MIN_REPS = 30  # decode replays a timing, at least (the median of fewer is too noisy here)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default="bench-out", help="output directory (default: bench-out)")
-    p.add_argument("--reps", type=int, default=30, help="replays per decode timing (default: 30, min 30)")
+    p.add_argument("--reps", type=int, default=MIN_REPS, help=f"replays per decode timing (default and least: {MIN_REPS})")
     p.add_argument("--prefill-reps", type=int, default=5, help="eager calls per prefill timing (default: 5)")
-    p.add_argument("--rows", default="1,8,16,64", help="decode row counts (default: 1,8,16,64)")
+    p.add_argument("--rows", default="1,8,16,64", help="decode row counts (default: 1,8,16,64; '' skips decode)")
     p.add_argument("--widths", default="133120,1048576", help="decode widths W (default: 133120,1048576)")
-    p.add_argument("--lengths", default="4096,32768,131072,mixed", help="decode live lengths, or 'mixed'")
-    p.add_argument("--prefill-c", default="16384,32768,65536,131072", help="prefill chunk K lengths C ('' skips)")
+    p.add_argument("--lengths", default="4096,32768,131072,mixed",
+                   help="decode live lengths, or 'mixed' (default: 4096,32768,131072,mixed)")
+    p.add_argument("--prefill-c", default="16384,32768,65536,131072",
+                   help="prefill chunk K lengths C (default: 16384,32768,65536,131072; '' skips prefill)")
     p.add_argument("--k", type=int, default=2048, help="top-k (default: 2048)")
     p.add_argument("--backends", default="", help="comma list (default: every available backend)")
-    p.add_argument("--verify-rows", type=int, default=8, help="rows per shape checked against the reference")
+    p.add_argument("--verify-rows", type=int, default=8,
+                   help="rows per shape checked against the reference before timing (default: 8, least 1)")
     p.add_argument("--no-raw", action="store_true",
                    help="leave out the raw-kernel columns (vLLM's ops called directly, next to their adapters)")
-    p.add_argument("--ref-max-elems", type=int, default=1 << 24, help="time the reference only up to R*W elements")
+    p.add_argument("--ref-max-elems", type=int, default=1 << 24,
+                   help="time the reference only up to R*W elements (default: %(default)s)")
     from dsa_ops.commands import bench_e2e
 
     bench_e2e.add_arguments(p)
@@ -302,18 +307,24 @@ def check_args(args: argparse.Namespace) -> None:
     from dsa_ops.commands import checks
 
     checks.top_k(args.k)
-    checks.at_least("reps", args.reps, 1)
+    checks.at_least("reps", args.reps, MIN_REPS)
     checks.at_least("prefill-reps", args.prefill_reps, 1)
-    checks.at_least("verify-rows", args.verify_rows, 0)
-    checks.int_list("rows", args.rows)
-    checks.int_list("widths", args.widths)
-    checks.int_list("lengths", args.lengths, 0, extra=("mixed",))
-    checks.int_list("prefill-c", args.prefill_c)
+    checks.at_least("verify-rows", args.verify_rows, 1)
+    decode = [checks.int_list("rows", args.rows), checks.int_list("widths", args.widths),
+              checks.int_list("lengths", args.lengths, 0, extra=("mixed",))]
+    prefill = checks.int_list("prefill-c", args.prefill_c)
     checks.backend_names("backends", args.backends)
+    if os.path.exists(args.out) and not os.path.isdir(args.out):
+        raise checks.UsageError(f"--out: {args.out!r} exists and is not a folder")
     if args.e2e:
         checks.backend_names("e2e-backends", args.e2e_backends)
-        checks.int_list("e2e-contexts", args.e2e_contexts)
-        checks.int_list("e2e-batches", args.e2e_batches)
+        for option in ("e2e-contexts", "e2e-batches"):
+            value = getattr(args, option.replace("-", "_"))
+            if not checks.int_list(option, value):
+                raise checks.UsageError(f"--{option}: expected a comma list of ints >= 1, got {value!r}")
+    elif not all(decode) and not prefill:
+        raise checks.UsageError("nothing to time: --rows, --widths and --lengths give no decode point and "
+                                "--prefill-c no prefill chunk")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -325,9 +336,9 @@ def run(args: argparse.Namespace) -> int:
     import dsa_ops
     from dsa_ops.backends.base import Query
 
-    if args.reps < 30:
-        _log(f"--reps {args.reps} raised to 30 (the minimum for a median here)")
-        args.reps = 30
+    from dsa_ops.commands import checks
+
+    checks.output_dir("out", args.out)  # before any timing: a bad --out fails now, not at the end
     if args.e2e:
         from dsa_ops.commands import bench_e2e
 

@@ -10,11 +10,12 @@ import sys
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--e2e", action="store_true",
-                   help="instead: time the compiled 21-layer indexer decode step captured as one CUDA graph")
+                   help="instead: time the compiled 21-layer indexer decode step captured as one CUDA graph "
+                        "(takes the --e2e-* options, --reps and --out; not --k, --backends, --rows)")
     p.add_argument("--e2e-backends", default="reference,triton,torch_topk",
                    help="decode backends for --e2e (default: reference,triton,torch_topk)")
-    p.add_argument("--e2e-contexts", default="4096,32768,131072", help="contexts for --e2e")
-    p.add_argument("--e2e-batches", default="1,8,16", help="batch sizes for --e2e")
+    p.add_argument("--e2e-contexts", default="4096,32768,131072", help="contexts for --e2e (default: %(default)s)")
+    p.add_argument("--e2e-batches", default="1,8,16", help="batch sizes for --e2e (default: %(default)s)")
 
 
 def _progress(i: int, n: int, what: str) -> None:

@@ -128,12 +128,28 @@ def report(policy, ms: list) -> str:
     return "\n".join(lines) + "\n"
 
 
+def report_path(out: str, given: str | None) -> str:
+    """The report's path (``--report``, else ``--out`` with its extension replaced by .md),
+    with both paths checked before anything is measured."""
+    import os
+
+    from dsa_ops.commands import checks
+
+    checks.output_file("out", out)
+    rep = given or os.path.splitext(out)[0] + ".md"
+    checks.output_file("report", rep)
+    if os.path.abspath(rep) == os.path.abspath(out):
+        raise checks.UsageError(f"--report: {rep!r} is also --out (the policy JSON); name another file")
+    return rep
+
+
 def run(args: argparse.Namespace) -> int:
     from dsa_ops.commands import checks
 
     checks.top_k(args.k)
     checks.at_least("reps", args.reps, 1)
     checks.backend_names("backends", args.backends)
+    args.report = report_path(args.out, args.report)
     if not torch.cuda.is_available():
         print("dsa-ops calibrate: needs a CUDA or ROCm GPU (it times kernels on the device it calibrates); "
               "none is visible here", file=sys.stderr)
@@ -150,7 +166,7 @@ def run(args: argparse.Namespace) -> int:
     pol = build_policy(ms, platform, arch, meta)
     P.save(pol, args.out)
     P.load(args.out)  # what we wrote must load
-    rep = args.report or (args.out.rsplit(".", 1)[0] + ".md")
+    rep = args.report
     with open(rep, "w", encoding="utf-8") as f:
         f.write(report(pol, ms))
     print(report(pol, ms))

@@ -52,7 +52,49 @@ def compile_backend(name: str) -> str:
     if name not in known:
         raise UsageError(f"--compile-backend: no torch.compile backend named {name!r}; "
                          f"e.g. inductor, aot_eager, eager")
+    need = _BACKEND_PACKAGES.get(name)
+    if need is not None:
+        import importlib.util
+
+        if importlib.util.find_spec(need) is None:
+            raise UsageError(f"--compile-backend {name}: needs the {need!r} package, which is not installed; "
+                             f"e.g. inductor, aot_eager, eager")
     return name
+
+
+# torch.compile backends that torch registers but that import another package when used.
+_BACKEND_PACKAGES = {"tvm": "tvm", "onnxrt": "onnxruntime", "openxla": "torch_xla", "tensorrt": "torch_tensorrt",
+                     "torch_tensorrt": "torch_tensorrt", "ipex": "intel_extension_for_pytorch"}
+
+
+def output_file(option: str, path: str) -> str:
+    """A file the command will write at its end: checked before any work, so that a long run
+    does not end in a traceback (its folder must exist and be writable; not a folder itself)."""
+    import os
+
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        raise UsageError(f"--{option}: {path!r} is a folder; expected a file name")
+    if not os.path.isdir(folder):
+        raise UsageError(f"--{option}: the folder {folder!r} does not exist")
+    if not os.access(folder, os.W_OK):
+        raise UsageError(f"--{option}: the folder {folder!r} is not writable")
+    return path
+
+
+def output_dir(option: str, path: str) -> str:
+    """A folder the command writes into: created (with its parents) before any work."""
+    import os
+
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise UsageError(f"--{option}: {path!r} exists and is not a folder")
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"--{option}: cannot create {path!r} ({exc.strerror})") from None
+    if not os.access(path, os.W_OK):
+        raise UsageError(f"--{option}: the folder {path!r} is not writable")
+    return path
 
 
 def policy(path: str | None):

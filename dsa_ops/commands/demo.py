@@ -18,12 +18,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--layers", type=int, default=2, help="indexer layers in the step (default: 2)")
     p.add_argument("--k", type=int, default=2048, help="top-k (default: 2048)")
     p.add_argument("--compile-backend", default="inductor", help="torch.compile backend (default: inductor)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="seed of the inputs and the random lengths (default: 0)")
 
 
 def _lengths(batch: int, width: int, k: int, seed: int, device: str) -> torch.Tensor:
-    """Edge cases first (0, < k, = k, = W), then random lengths."""
-    fixed = [0, k // 2, k, width]
+    """Edge cases first (0, < k, = k, = W; the first three at most W), then random lengths."""
+    fixed = [0, min(k // 2, width), min(k, width), width]
     g = torch.Generator().manual_seed(seed)
     rand = torch.randint(0, width + 1, (max(0, batch - len(fixed)),), generator=g).tolist()
     return torch.tensor((fixed + rand)[:batch], dtype=torch.int32, device=device)
@@ -81,7 +81,11 @@ def run(args: argparse.Namespace) -> int:
         with inductor_config.patch(fx_graph_cache=False):
             compiled = torch.compile(step, fullgraph=True, backend=args.compile_backend, options=opts)
             t0 = time.perf_counter()
-            got = compiled(h, kc, lengths)
+            try:
+                got = compiled(h, kc, lengths)
+            except ImportError as exc:  # a registered backend whose package is missing
+                raise checks.UsageError(f"--compile-backend {args.compile_backend}: its package does not "
+                                        f"import here ({exc})") from None
             print(f"compiled  {1e3 * (time.perf_counter() - t0):8.1f} ms (first call: {args.compile_backend} compile)")
         if args.compile_backend == "inductor":
             print(f"  IndexerTopKPass rewrote {pass_.count} generic dsa_ops::topk_decode node(s):")

@@ -11,3 +11,14 @@ top-k ops from its source release (docs/vllm-kernels.md), ``vllm_real_check`` sw
 ties and special values, ``host_cost`` times an eager call's host cost, ``vllm_route_bench`` (in vLLM's venv) a
 routed vLLM call's.
 """
+
+
+def help_requested(doc: str | None) -> None:
+    """For the tools that read ``sys.argv`` by hand: ``-h`` / ``--help`` prints the tool's
+    docstring and exits 0, before the tool touches the GPU or its arguments."""
+    import sys
+
+    if any(a in ("-h", "--help") for a in sys.argv[1:]):
+        print((doc or "").strip())
+        sys.exit(0)
+

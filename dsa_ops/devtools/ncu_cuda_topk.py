@@ -4,6 +4,10 @@
 
 from __future__ import annotations
 
+from dsa_ops.devtools import help_requested
+
+help_requested(__doc__)
+
 import sys
 
 import torch

@@ -9,6 +9,10 @@ arguments go to ``radix_launch.launch`` as ints (e.g. ``dbits=6 num_warps=4 wagg
 
 from __future__ import annotations
 
+from dsa_ops.devtools import help_requested
+
+help_requested(__doc__)
+
 import sys
 
 import torch

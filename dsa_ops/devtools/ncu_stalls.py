@@ -9,6 +9,10 @@ samples and its main reason.
 
 from __future__ import annotations
 
+from dsa_ops.devtools import help_requested
+
+help_requested(__doc__)
+
 import collections
 import csv
 import re

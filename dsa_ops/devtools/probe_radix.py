@@ -9,6 +9,10 @@ records which way the bracket went per row (kernel stats) on several data distri
 
 from __future__ import annotations
 
+from dsa_ops.devtools import help_requested
+
+help_requested(__doc__)
+
 import json
 import sys
 import time

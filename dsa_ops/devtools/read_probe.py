@@ -25,6 +25,10 @@ Prints ms and the device-wide read rate, and writes them as JSON.
 
 from __future__ import annotations
 
+from dsa_ops.devtools import help_requested
+
+help_requested(__doc__)
+
 import json
 import sys
 import time
