@@ -62,11 +62,17 @@ def _meta(t) -> tuple | str:
     return (t.dtype, t.device, t.dim()) if isinstance(t, Tensor) else type(t).__name__
 
 
-def _host_int(x):
+def _host_int(x, name: str):
     """A plain int argument (k, next_n, compress_ratio) as a constant: under dynamo with
     ``dynamic=True`` an int argument is traced symbolically, and ``operator.index``
-    specializes it (a guard), so the policy and the checks see a constant."""
-    return operator.index(x) if isinstance(x, int) and not isinstance(x, bool) else x
+    specializes it (a guard), so the policy and the checks see a constant. A float is
+    refused here, by name only: after recompiles dynamo traces it as a symbolic float, which
+    cannot be put into the message (nor passed to the constant-folded checks)."""
+    if isinstance(x, int) and not isinstance(x, bool):
+        return operator.index(x)
+    if isinstance(x, float):
+        validate._fail(f"{name}: expected an int, got a float")
+    return x
 
 
 def _stable(stable: Optional[bool], pol: policy_mod.Policy) -> bool:
@@ -227,7 +233,8 @@ def topk_decode(
 
 
 def _compiled_decode(logits, lengths, k, next_n, backend, out, compress_ratio, stable, check) -> Tensor:
-    k, next_n, compress_ratio = _host_int(k), _host_int(next_n), _host_int(compress_ratio)
+    k, next_n, compress_ratio = _host_int(k, "k"), _host_int(next_n, "next_n"), _host_int(compress_ratio,
+                                                                                        "compress_ratio")
     metas = (("logits", _meta(logits)), ("lengths", _meta(lengths))) + ((("out", _meta(out)),) if out is not None
                                                                         else ())
     _static_checks("decode", metas, k, next_n, compress_ratio, stable)
@@ -316,7 +323,7 @@ def topk_prefill(
 
 def _compiled_prefill(logits, row_starts, row_ends, k, max_seqlen_k, backend, out, compress_ratio, stable,
                       check) -> Tensor:
-    k, compress_ratio = _host_int(k), _host_int(compress_ratio)
+    k, compress_ratio = _host_int(k, "k"), _host_int(compress_ratio, "compress_ratio")
     metas = (("logits", _meta(logits)), ("row_starts", _meta(row_starts)), ("row_ends", _meta(row_ends)))
     _static_checks("prefill", metas + ((("out", _meta(out)),) if out is not None else ()), k, 1, compress_ratio,
                    stable)

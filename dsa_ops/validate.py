@@ -117,8 +117,13 @@ def check_stable(stable) -> None:
 
 
 def check_max_seqlen_k(max_seqlen_k) -> None:
-    if max_seqlen_k is not None and (isinstance(max_seqlen_k, bool) or not isinstance(max_seqlen_k, int)
-                                     or max_seqlen_k < 0):
+    if max_seqlen_k is None:
+        return
+    if isinstance(max_seqlen_k, bool) or not isinstance(max_seqlen_k, int):
+        _fail(f"max_seqlen_k: expected a host int >= 0 or None, got {max_seqlen_k!r}")
+    if max_seqlen_k < 0:
+        if torch.compiler.is_compiling():  # a dynamic (symbolic) int cannot be formatted into the message
+            _fail("max_seqlen_k: expected a host int >= 0 or None, got a negative int")
         _fail(f"max_seqlen_k: expected a host int >= 0 or None, got {max_seqlen_k!r}")
 
 

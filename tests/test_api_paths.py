@@ -204,3 +204,22 @@ def test_band_holds_for_symbolic_ranges():
     assert P.Rule("x", min_width=1000).band_holds(P.dataclasses.replace(f, width_bounds=(1000, None)))
     choice = P.Policy(decode=(band, P.Rule("reference")), prefill=()).choose("decode", f)
     assert choice.backend == "reference" and "symbolic" in choice.skipped[0]
+
+
+def test_compiled_bad_values_that_dynamo_traces_symbolically(fresh_dynamo):
+    """After recompiles dynamo traces a changing float k, and a max_seqlen_k marked dynamic,
+    symbolically: the ValueError still names the argument (not dynamo's 'assume_constant_result
+    argument conversion failed' or 'BUILD_STRING type error')."""
+    x, lt = torch.randn(4, 64), data.i32([5, 50, 64, 0])
+    f = torch.compile(lambda x, lt, k: dsa_ops.topk_decode(x, lt, k=k), fullgraph=True, backend="eager")
+    for k in (0, 5000, 2.0, 3.5):
+        with pytest.raises(ValueError, match="^k: expected"):
+            f(x, lt, k)
+    assert tuple(f(x, lt, 8).shape) == (4, 8)
+    s, e = data.i32([0, 0, 3, 9]), data.i32([64, 10, 3, 40])
+    with torch.compiler.config.patch(dynamic_sources="L['m']"):
+        g = torch.compile(lambda x, s, e, m: dsa_ops.topk_prefill(x, s, e, k=8, max_seqlen_k=m), fullgraph=True,
+                          backend="eager")
+        assert_prefill_equivalent(g(x, s, e, 64), x, s, e, 8)
+        with pytest.raises(ValueError, match="^max_seqlen_k: expected a host int >= 0 or None"):
+            g(x, s, e, -3)
