@@ -1,5 +1,5 @@
 """Time every available top-k backend on the DSA grid (CUDA only); print a table and write
-bench.json, bench.md and bench.png to --out.
+bench.json, bench.md and (where matplotlib imports: the `plot` extra) bench.png to --out.
 
 Decode: rows 1/8/16/64 x width 133120 / 1048576 x live length 4K / 32K / 128K and a mixed
 set (lengths drawn uniformly from [2K, 128K], fixed seed). Each timing is one call captured
