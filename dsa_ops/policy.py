@@ -264,7 +264,13 @@ def current() -> Policy:
     if _override:
         return _override[-1]
     path = os.environ.get(ENV_VAR)
-    return _load_cached(path, os.path.getmtime(path) if path and os.path.exists(path) else 0.0) if path else DEFAULT
+    if not path:
+        return DEFAULT
+    try:  # one stat a call (the file is read again when it changes)
+        mtime = os.stat(path).st_mtime
+    except OSError:  # load() says what is wrong with the path
+        mtime = 0.0
+    return _load_cached(path, mtime)
 
 
 @functools.lru_cache(maxsize=8)

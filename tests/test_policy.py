@@ -138,3 +138,20 @@ def test_bad_rule_names_the_file_and_the_field(tmp_path, fam, rule, field, expec
         P.load(path)
     if expected.startswith("no backend"):
         assert "registered: [" in str(exc.value) and "'reference'" in str(exc.value)
+
+
+def test_env_var_file_is_read_again_when_it_changes(tmp_path, monkeypatch):
+    import os
+
+    path = tmp_path / "env.json"
+    P.save(P.Policy(decode=(P.Rule("reference"),), prefill=(P.Rule("reference"),), prefill_threshold=5), path)
+    monkeypatch.setenv(P.ENV_VAR, str(path))
+    first = P.current()
+    assert first.prefill_threshold == 5 and P.current() is first  # cached while the file is unchanged
+    P.save(P.Policy(decode=(P.Rule("reference"),), prefill=(P.Rule("reference"),), prefill_threshold=7), path)
+    st = os.stat(path)
+    os.utime(path, (st.st_atime, st.st_mtime + 10))  # a later mtime, whatever the clock's resolution
+    assert P.current().prefill_threshold == 7
+    path.unlink()
+    with pytest.raises(ValueError, match="cannot read"):
+        P.current()
