@@ -75,8 +75,9 @@ def _host_int(x, name: str):
     return x
 
 
-def _stable(stable: Optional[bool], pol: policy_mod.Policy) -> bool:
-    return pol.stable if stable is None else stable
+def _stable(stable: Optional[bool], default: bool) -> bool:
+    """The call's ``stable``, or the policy's flag (``default``) when None."""
+    return default if stable is None else stable
 
 
 def _width(logits: Tensor) -> Optional[int]:
@@ -126,7 +127,7 @@ def _direct(tensors: tuple) -> bool:
 def _route(family: str, key: tuple, pol, logits: Tensor, k: int, next_n: int, compress_ratio: int,
            stable: Optional[bool], backend: Optional[str], out_given: bool, long: bool, layout: str,
            tensors: tuple) -> _Route:
-    stable = _stable(stable, pol)
+    stable = _stable(stable, pol.stable)
     if backend is None:
         backend = _policy_backend(family, logits.device.type, k, compress_ratio, int(logits.shape[1]), stable, long)
     op = _backend_op(backend, family, logits, k, compress_ratio, stable, out_given)
@@ -241,7 +242,7 @@ def _compiled_decode(logits, lengths, k, next_n, backend, out, compress_ratio, s
     validate.check_decode(logits, lengths, k, next_n, compress_ratio)
     if out is not None:
         validate.check_out(out, logits, k)
-    stable = _policy_scalars()[0] if stable is None else stable
+    stable = _stable(stable, _policy_scalars()[0])
     if check:
         validate.check_decode_values(logits, lengths, next_n, validate.decode_layout(lengths, logits.shape[0], next_n))
     if backend is None:
@@ -332,7 +333,7 @@ def _compiled_prefill(logits, row_starts, row_ends, k, max_seqlen_k, backend, ou
         validate.check_out(out, logits, k)
     validate.check_max_seqlen_k(max_seqlen_k)
     pol_stable, threshold = _policy_scalars()
-    stable = pol_stable if stable is None else stable
+    stable = _stable(stable, pol_stable)
     if check:
         validate.check_prefill_values(logits, row_starts, row_ends)
     if backend is None:

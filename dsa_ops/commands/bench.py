@@ -314,14 +314,11 @@ def check_args(args: argparse.Namespace) -> None:
               checks.int_list("lengths", args.lengths, 0, extra=("mixed",))]
     prefill = checks.int_list("prefill-c", args.prefill_c)
     checks.backend_names("backends", args.backends)
-    if os.path.exists(args.out) and not os.path.isdir(args.out):
-        raise checks.UsageError(f"--out: {args.out!r} exists and is not a folder")
+    checks.folder_path("out", args.out)
     if args.e2e:
         checks.backend_names("e2e-backends", args.e2e_backends)
-        for option in ("e2e-contexts", "e2e-batches"):
-            value = getattr(args, option.replace("-", "_"))
-            if not checks.int_list(option, value):
-                raise checks.UsageError(f"--{option}: expected a comma list of ints >= 1, got {value!r}")
+        checks.int_list("e2e-contexts", args.e2e_contexts, empty=False)
+        checks.int_list("e2e-batches", args.e2e_batches, empty=False)
     elif not all(decode) and not prefill:
         raise checks.UsageError("nothing to time: --rows, --widths and --lengths give no decode point and "
                                 "--prefill-c no prefill chunk")

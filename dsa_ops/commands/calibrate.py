@@ -166,10 +166,9 @@ def run(args: argparse.Namespace) -> int:
     pol = build_policy(ms, platform, arch, meta)
     P.save(pol, args.out)
     P.load(args.out)  # what we wrote must load
-    rep = args.report
-    with open(rep, "w", encoding="utf-8") as f:
+    with open(args.report, "w", encoding="utf-8") as f:
         f.write(report(pol, ms))
     print(report(pol, ms))
-    print(f"wrote {args.out} and {rep}")
+    print(f"wrote {args.out} and {args.report}")
     print(json.dumps({"decode_bands": pol.meta["decode_bands"], "prefill": pol.meta["prefill"]}, indent=1))
     return 0

@@ -82,12 +82,20 @@ def output_file(option: str, path: str) -> str:
     return path
 
 
-def output_dir(option: str, path: str) -> str:
-    """A folder the command writes into: created (with its parents) before any work."""
+def folder_path(option: str, path: str) -> str:
+    """A folder the command will write into: refused when a file of that name is in the way."""
     import os
 
     if os.path.exists(path) and not os.path.isdir(path):
         raise UsageError(f"--{option}: {path!r} exists and is not a folder")
+    return path
+
+
+def output_dir(option: str, path: str) -> str:
+    """A folder the command writes into: created (with its parents) before any work."""
+    import os
+
+    folder_path(option, path)
     try:
         os.makedirs(path, exist_ok=True)
     except OSError as exc:
@@ -107,8 +115,10 @@ def policy(path: str | None):
         raise UsageError(str(exc) if path else f"${P.ENV_VAR}: {exc}") from None
 
 
-def int_list(option: str, value: str, low: int = 1, extra: tuple[str, ...] = ()) -> list:
-    """A comma list of ints >= ``low`` (and the words in ``extra``), e.g. ``--rows 1,8,16``."""
+def int_list(option: str, value: str, low: int = 1, extra: tuple[str, ...] = (), empty: bool = True) -> list:
+    """A comma list of ints >= ``low`` (and the words in ``extra``), e.g. ``--rows 1,8,16``;
+    ``empty=False`` refuses a list with no item."""
+    words = f" or {', '.join(extra)}" if extra else ""
     out = []
     for item in (x.strip() for x in value.split(",")):
         if not item:
@@ -121,9 +131,10 @@ def int_list(option: str, value: str, low: int = 1, extra: tuple[str, ...] = ())
         except ValueError:
             n = None
         if n is None or n < low:
-            words = f" or {', '.join(extra)}" if extra else ""
             raise UsageError(f"--{option}: expected a comma list of ints >= {low}{words}, got {item!r} in {value!r}")
         out.append(n)
+    if not out and not empty:
+        raise UsageError(f"--{option}: expected a comma list of ints >= {low}{words}, got {value!r}")
     return out
 
 

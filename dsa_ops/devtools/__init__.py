@@ -21,4 +21,3 @@ def help_requested(doc: str | None) -> None:
     if any(a in ("-h", "--help") for a in sys.argv[1:]):
         print((doc or "").strip())
         sys.exit(0)
-
