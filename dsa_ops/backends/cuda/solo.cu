@@ -35,6 +35,9 @@
 #define EMITV 1  // the emission's counting loop by 16-byte loads (0: one word a load; docs/benchmarks/cuda-variants.md run 14)
 #endif
 #define TAKE_ALL 0xFFFFFFFFu
+#ifndef SAMPLE_FIRST
+#define SAMPLE_FIRST 1  // split.cu: the slice's bulk copies start once the sample's loads are issued (0: the stage before the sample, the ring after it: run 26's kernel)
+#endif
 
 // Zero the four bins [4t, 4t + 4) this thread read in choose_bin_a2a (no other thread reads them).
 __device__ __forceinline__ void clear_own(u32* h) {
@@ -135,14 +138,39 @@ __device__ __forceinline__ void select_keys(u32* h, u32* h2, Scalars& sc, const 
 // 22-bit prefix of the sample key at that rank plus SIGMAS (3) standard deviations and 4. A
 // pure function of the row (every CTA that calls it on the same row gets the same tau). h2
 // must be zero and is left zero; sc.kr is k again after the caller's next barrier.
-// SK: sample keys a thread, at most (S <= SK * NT).
-template <int SK>
-__device__ __forceinline__ u32 sample_tau_of(const float* __restrict__ x, int L, int S, int k, u32* h2, Scalars& sc) {
+// SK: sample keys a thread, at most (S <= SK * NT). issued(): called by every thread once
+// the sample's loads are issued (before their values are used) or, for a row not sampled, at
+// once: the split kernel starts its slice's bulk copies there, behind the sample's loads.
+struct NoOp {
+    __device__ __forceinline__ void operator()() const {}
+};
+template <int SK, bool ISSUE = false, class F = NoOp>
+__device__ __forceinline__ u32 sample_tau_of(const float* __restrict__ x, int L, int S, int k, u32* h2, Scalars& sc,
+                                             F&& issued = NoOp()) {
     u32 tau = TAKE_ALL;
     const u32 mean = (u32)(((i64)k * S + L - 1) / L);
     const u32 want = mean + (u32)(SIGMAS * sqrtf((float)mean)) + 4u;
+    if (want >= (u32)S) issued();
     if (want < (u32)S) {
         u32 sk[SK];
+        if (SAMPLE_FIRST && ISSUE) {  // all loads issued first, then issued(), then their counts
+        float sv[SK];
+#pragma unroll
+        for (int u = 0; u < SK; ++u) {
+            const i64 j = (i64)threadIdx.x + u * NT;
+            sv[u] = j < S ? __ldg(x + ((2 * j + 1) * L) / (2 * S)) : 0.f;
+        }
+        issued();
+#pragma unroll
+        for (int u = 0; u < SK; ++u) {
+            const i64 j = (i64)threadIdx.x + u * NT;
+            sk[u] = 0u;
+            if (j < S) {
+                sk[u] = order_key(sv[u]);
+                atomicAdd(h2 + (sk[u] >> 21), 1u);
+            }
+        }
+        } else {  // run 26's loop (topk_solo's, and split.cu's with SAMPLE_FIRST=0)
 #pragma unroll
         for (int u = 0; u < SK; ++u) {
             const i64 j = (i64)threadIdx.x + u * NT;
@@ -151,6 +179,7 @@ __device__ __forceinline__ u32 sample_tau_of(const float* __restrict__ x, int L,
                 sk[u] = order_key(__ldg(x + ((2 * j + 1) * L) / (2 * S)));
                 atomicAdd(h2 + (sk[u] >> 21), 1u);
             }
+        }
         }
         if (threadIdx.x == 0) sc.kr = want;
         __syncthreads();
@@ -173,9 +202,12 @@ __device__ __forceinline__ u32 sample_tau_of(const float* __restrict__ x, int L,
 // The fourfold sample is a separate instantiation, so that rows of L <= 2 x SAMPLE_LONG run
 // the loop of two keys a thread (run 25, H100: one loop of four keys a thread for every row
 // cost 0..0.7 us at 12 / 16 rows x 32K / 128K).
-__device__ __forceinline__ u32 sample_tau(const float* __restrict__ x, int L, int k, u32* h2, Scalars& sc) {
-    if (SAMPLE_WIDE && L > 2 * SAMPLE_LONG) return sample_tau_of<4 * SAMPLE / NT>(x, L, 4 * SAMPLE, k, h2, sc);
-    return sample_tau_of<2 * SAMPLE / NT>(x, L, L > SAMPLE_LONG ? 2 * SAMPLE : SAMPLE, k, h2, sc);
+template <bool ISSUE = false, class F = NoOp>
+__device__ __forceinline__ u32 sample_tau(const float* __restrict__ x, int L, int k, u32* h2, Scalars& sc,
+                                          F&& issued = NoOp()) {
+    if (SAMPLE_WIDE && L > 2 * SAMPLE_LONG)
+        return sample_tau_of<4 * SAMPLE / NT, ISSUE>(x, L, 4 * SAMPLE, k, h2, sc, issued);
+    return sample_tau_of<2 * SAMPLE / NT, ISSUE>(x, L, L > SAMPLE_LONG ? 2 * SAMPLE : SAMPLE, k, h2, sc, issued);
 }
 
 // The bits [8u, 8u + 8) (U = 8) or [32u, 32u + 32) (U = 32) of bitmap m.

@@ -280,7 +280,8 @@ extern "C" __global__ void __launch_bounds__(NT, 2) topk_split(
         if (threadIdx.x == 0) {
             stage_n = ns;
             ring_n = ring;
-            if (ns > 0) stage_start(bkey + buf, x + lo, 16u * (u32)ns, stage_bar);
+            if (ns > 0 && !SAMPLE_FIRST) stage_start(bkey + buf, x + lo, 16u * (u32)ns, stage_bar);
+            if (ns > 0 && SAMPLE_FIRST) bar_init((u32)__cvta_generic_to_shared(stage_bar));  // copied in `issued`
             for (int b = 0; b < ring; ++b) bar_init((u32)__cvta_generic_to_shared(stage_bar + b));
         }
     }
@@ -294,14 +295,26 @@ extern "C" __global__ void __launch_bounds__(NT, 2) topk_split(
     __syncthreads();   // the counts and sc are set before this CTA's atomics (sample_tau's, keep_slice's)
     cluster_arrive();  // the leader's count is zero before any CTA adds to it (waited on below)
 
-    const u32 tau = sample_tau(x, L, k, h2, sc);
+    // SAMPLE_FIRST: the slice's bulk copies start once the sample's loads are issued, so that
+    // those loads are not queued behind the copy (the one-shot stage, and the ring's first slots)
+    const u32 tau = sample_tau<true>(x, L, k, h2, sc, [&] {
+        if (!SAMPLE_FIRST || threadIdx.x != 0) return;
+        const int n1 = stage_n, r1 = ring_n;
+        if (r1) {
+            const u32 nb = 16u * (u32)((hi - lo) >> 2), sb = 16u * (RING_SLOT / 4);
+            ring_fill(st, x + lo, nb, sb, r1, stage_bar, 0, min(r1, (int)((nb + sb - 1) / sb)));
+        } else if (n1 > 0) {
+            bulk_load(st, reinterpret_cast<const char*>(x + lo), 16u * (u32)n1,
+                      (u32)__cvta_generic_to_shared(stage_bar));
+        }
+    });
     STAMP(2);
     const int ns = stage_n, ring = ring_n;
     // the leader keeps straight into its buffer, through its count, by cluster-scope atomics
     // (the ring's slice, or the staged chunks as one slot, then the rest: the last 0-3 keys,
     // or the unstaged part of the slice)
     const int nr = ring ? (hi - lo) >> 2 : ns;
-    keep_ring(x + lo, nr, lo, st, ring ? ring : 1, ring ? RING_SLOT / 4 : max(ns, 1), stage_bar, !ring,
+    keep_ring(x + lo, nr, lo, st, ring ? ring : 1, ring ? RING_SLOT / 4 : max(ns, 1), stage_bar, !ring || SAMPLE_FIRST,
               tau, bkey, bcol, cap, &sc.cnt, rank == 0);
     keep_slice(x, lo + 4 * nr, hi, tau, bkey, bcol, cap, &sc.cnt, rank == 0);
     STAMP(6);
