@@ -38,6 +38,9 @@
 #ifndef SAMPLE_FIRST
 #define SAMPLE_FIRST 1  // split.cu: the slice's bulk copies start once the sample's loads are issued (0: the stage before the sample, the ring after it: run 26's kernel)
 #endif
+#ifndef SAMPLE_FIRST_CTAS
+#define SAMPLE_FIRST_CTAS 16  // split.cu: ... in clusters of fewer CTAs than this (run 30: one row's 16 CTAs lost 0.5-1 us)
+#endif
 
 // Zero the four bins [4t, 4t + 4) this thread read in choose_bin_a2a (no other thread reads them).
 __device__ __forceinline__ void clear_own(u32* h) {

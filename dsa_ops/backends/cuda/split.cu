@@ -269,6 +269,7 @@ extern "C" __global__ void __launch_bounds__(NT, 2) topk_split(
     __shared__ int stage_n;  // read back after the sample (not held in registers through it): the
     __shared__ int ring_n;   // staged chunks, or the ring's slots (0: not streamed)
     const u32 st = (u32)__cvta_generic_to_shared(bkey + buf);
+    const bool sf = SAMPLE_FIRST && C < SAMPLE_FIRST_CTAS;  // the copies start behind the sample's loads
     {  // 16-byte chunks of the slice staged in the `stage` words after the buffer, or streamed
        // through them as a ring (slices of RING_MIN keys or more, when two slots fit); else
        // slices of KEEPB_MIN keys or more are read in batches; unaligned rows are not staged
@@ -280,8 +281,8 @@ extern "C" __global__ void __launch_bounds__(NT, 2) topk_split(
         if (threadIdx.x == 0) {
             stage_n = ns;
             ring_n = ring;
-            if (ns > 0 && !SAMPLE_FIRST) stage_start(bkey + buf, x + lo, 16u * (u32)ns, stage_bar);
-            if (ns > 0 && SAMPLE_FIRST) bar_init((u32)__cvta_generic_to_shared(stage_bar));  // copied in `issued`
+            if (ns > 0 && !sf) stage_start(bkey + buf, x + lo, 16u * (u32)ns, stage_bar);
+            if (ns > 0 && sf) bar_init((u32)__cvta_generic_to_shared(stage_bar));  // copied in `issued`
             for (int b = 0; b < ring; ++b) bar_init((u32)__cvta_generic_to_shared(stage_bar + b));
         }
     }
@@ -295,10 +296,11 @@ extern "C" __global__ void __launch_bounds__(NT, 2) topk_split(
     __syncthreads();   // the counts and sc are set before this CTA's atomics (sample_tau's, keep_slice's)
     cluster_arrive();  // the leader's count is zero before any CTA adds to it (waited on below)
 
-    // SAMPLE_FIRST: the slice's bulk copies start once the sample's loads are issued, so that
-    // those loads are not queued behind the copy (the one-shot stage, and the ring's first slots)
+    // sf: the slice's bulk copies start once the sample's loads are issued, so that those loads
+    // are not queued behind the copy (the one-shot stage, and the ring's first slots); clusters
+    // of SAMPLE_FIRST_CTAS or more (one row's 16 CTAs: short slices) start them before the sample
     const u32 tau = sample_tau<true>(x, L, k, h2, sc, [&] {
-        if (!SAMPLE_FIRST || threadIdx.x != 0) return;
+        if (!sf || threadIdx.x != 0) return;
         const int n1 = stage_n, r1 = ring_n;
         if (r1) {
             const u32 nb = 16u * (u32)((hi - lo) >> 2), sb = 16u * (RING_SLOT / 4);
@@ -314,7 +316,7 @@ extern "C" __global__ void __launch_bounds__(NT, 2) topk_split(
     // (the ring's slice, or the staged chunks as one slot, then the rest: the last 0-3 keys,
     // or the unstaged part of the slice)
     const int nr = ring ? (hi - lo) >> 2 : ns;
-    keep_ring(x + lo, nr, lo, st, ring ? ring : 1, ring ? RING_SLOT / 4 : max(ns, 1), stage_bar, !ring || SAMPLE_FIRST,
+    keep_ring(x + lo, nr, lo, st, ring ? ring : 1, ring ? RING_SLOT / 4 : max(ns, 1), stage_bar, !ring || sf,
               tau, bkey, bcol, cap, &sc.cnt, rank == 0);
     keep_slice(x, lo + 4 * nr, hi, tau, bkey, bcol, cap, &sc.cnt, rank == 0);
     STAMP(6);
