@@ -157,32 +157,32 @@ __device__ __forceinline__ u32 sample_tau_of(const float* __restrict__ x, int L,
     if (want < (u32)S) {
         u32 sk[SK];
         if (SAMPLE_FIRST && ISSUE) {  // all loads issued first, then issued(), then their counts
-        float sv[SK];
+            float sv[SK];
 #pragma unroll
-        for (int u = 0; u < SK; ++u) {
-            const i64 j = (i64)threadIdx.x + u * NT;
-            sv[u] = j < S ? __ldg(x + ((2 * j + 1) * L) / (2 * S)) : 0.f;
-        }
-        issued();
-#pragma unroll
-        for (int u = 0; u < SK; ++u) {
-            const i64 j = (i64)threadIdx.x + u * NT;
-            sk[u] = 0u;
-            if (j < S) {
-                sk[u] = order_key(sv[u]);
-                atomicAdd(h2 + (sk[u] >> 21), 1u);
+            for (int u = 0; u < SK; ++u) {
+                const i64 j = (i64)threadIdx.x + u * NT;
+                sv[u] = j < S ? __ldg(x + ((2 * j + 1) * L) / (2 * S)) : 0.f;
             }
-        }
+            issued();
+#pragma unroll
+            for (int u = 0; u < SK; ++u) {
+                const i64 j = (i64)threadIdx.x + u * NT;
+                sk[u] = 0u;
+                if (j < S) {
+                    sk[u] = order_key(sv[u]);
+                    atomicAdd(h2 + (sk[u] >> 21), 1u);
+                }
+            }
         } else {  // run 26's loop (topk_solo's, and split.cu's with SAMPLE_FIRST=0)
 #pragma unroll
-        for (int u = 0; u < SK; ++u) {
-            const i64 j = (i64)threadIdx.x + u * NT;
-            sk[u] = 0u;
-            if (j < S) {
-                sk[u] = order_key(__ldg(x + ((2 * j + 1) * L) / (2 * S)));
-                atomicAdd(h2 + (sk[u] >> 21), 1u);
+            for (int u = 0; u < SK; ++u) {
+                const i64 j = (i64)threadIdx.x + u * NT;
+                sk[u] = 0u;
+                if (j < S) {
+                    sk[u] = order_key(__ldg(x + ((2 * j + 1) * L) / (2 * S)));
+                    atomicAdd(h2 + (sk[u] >> 21), 1u);
+                }
             }
-        }
         }
         if (threadIdx.x == 0) sc.kr = want;
         __syncthreads();
