@@ -30,10 +30,11 @@ from dsa_ops.backends.base import Backend, Query
 
 
 def _policy_backend(family: str, device_type: str, k: int, compress_ratio: int, width: Optional[int], stable: bool,
-                    long: bool) -> str:
+                    long: bool, rows: Optional[int] = None) -> str:
     """The policy's backend name for a call; a host-only decision that dynamo folds to a
-    constant (the inputs it depends on are already guarded: shapes, and ``long``)."""
-    facts = policy_mod.facts_for(device_type, k, compress_ratio, width, stable)
+    constant (the inputs it depends on are already guarded: shapes, and ``long``). ``rows``
+    None (compiled prefill: the chunk's row count is symbolic) fits no row band."""
+    facts = policy_mod.facts_for(device_type, k, compress_ratio, width, stable, rows=rows)
     return policy_mod.current().choose(family, facts, long if family == "prefill" else None).backend
 
 
@@ -129,7 +130,8 @@ def _route(family: str, key: tuple, pol, logits: Tensor, k: int, next_n: int, co
            tensors: tuple) -> _Route:
     stable = _stable(stable, pol.stable)
     if backend is None:
-        backend = _policy_backend(family, logits.device.type, k, compress_ratio, int(logits.shape[1]), stable, long)
+        backend = _policy_backend(family, logits.device.type, k, compress_ratio, int(logits.shape[1]), stable, long,
+                                  int(logits.shape[0]))
     op = _backend_op(backend, family, logits, k, compress_ratio, stable, out_given)
     record = get(backend)
     extents = tuple(validate.extent(t) for t in tensors) if tensors[0] is not None else ()

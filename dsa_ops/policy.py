@@ -1,12 +1,14 @@
 """The backend policy as data: which backend serves which call, decided from host facts.
 
 A :class:`Policy` holds ordered decode and prefill rules. A rule matches on platform,
-device arch, k, compress_ratio, a width band and (prefill only) the side of the
+device arch, k, compress_ratio, a width band, a row band and (prefill only) the side of the
 ``max_seqlen_k`` threshold. The first matching rule whose backend is available and
 supports the call wins; rules naming unavailable backends are skipped, and the reason is
 kept for ``dsa-ops explain``. ``reference`` always serves as the last resort.
 
-Nothing here reads device data, so a choice holds for every replay of a captured graph.
+Nothing here reads device data, so a choice holds for every replay of a captured graph. The
+row count is a host fact too: a captured graph is captured for one batch size (or, compiled
+with dynamic rows, for the range dynamo bounds), and an eager call sees its tensor.
 Policies load from JSON (see ``docs/policy.md``); ``current()`` is the default policy or
 the file named by ``DSA_OPS_POLICY``.
 """
@@ -46,9 +48,11 @@ class Rule:
     min_width: int = 0  # inclusive
     max_width: Optional[int] = None  # exclusive
     long: Optional[bool] = None  # prefill: True = max_seqlen_k >= threshold, False = below
+    min_rows: int = 0  # inclusive
+    max_rows: Optional[int] = None  # exclusive
 
     def matches(self, facts: "Facts", long: Optional[bool] = None) -> bool:
-        return self.matches_but_band(facts, long) and self.band_holds(facts)
+        return self.matches_but_band(facts, long) and self.band_holds(facts) and self.rows_hold(facts)
 
     def matches_but_band(self, facts: "Facts", long: Optional[bool] = None) -> bool:
         return (
@@ -65,8 +69,34 @@ class Rule:
         ``facts.width_bounds`` (dynamo's ShapeEnv range, bounded by ``mark_dynamic(min=,
         max=)``). An unbounded range holds in no band with a ``max_width``, so such a rule
         is skipped, never applied to widths outside its band."""
-        lo, hi = (facts.width, facts.width) if facts.width is not None else facts.width_bounds
-        return lo >= self.min_width and (self.max_width is None or (hi is not None and hi < self.max_width))
+        return _inside(facts.width, facts.width_bounds, self.min_width, self.max_width)
+
+    def rows_hold(self, facts: "Facts") -> bool:
+        """Whether every row count the call may have lies in [min_rows, max_rows), as
+        :meth:`band_holds` for the width: the row count itself, or for a symbolic one
+        (``facts.rows`` None) its whole range ``facts.rows_bounds``. A rule without a row
+        band (0, None) holds for any row count, known or not."""
+        return _inside(facts.rows, facts.rows_bounds, self.min_rows, self.max_rows)
+
+    def band_misses(self, facts: "Facts") -> list[str]:
+        """Why a symbolic width or row count keeps this rule from applying ([] when neither does)."""
+        out = []
+        for what, value, (lo, hi), band in (("width", facts.width, facts.width_bounds, (self.min_width, self.max_width)),
+                                            ("row count", facts.rows, facts.rows_bounds, (self.min_rows, self.max_rows))):
+            if value is None and not _inside(None, (lo, hi), *band):
+                out.append(f"the {what} is symbolic in [{lo}, {_inf(hi)}], not inside the "
+                           f"{'band' if what == 'width' else 'row band'} [{band[0]}, {_inf(band[1])})")
+        return out
+
+
+def _inf(v: Optional[int]) -> str:
+    return "inf" if v is None else str(v)
+
+
+def _inside(value: Optional[int], bounds: tuple[int, Optional[int]], low: int, high: Optional[int]) -> bool:
+    """[lo, hi] (``value`` itself when known; hi None = unbounded) lies inside [low, high)."""
+    lo, hi = (value, value) if value is not None else bounds
+    return lo >= low and (high is None or (hi is not None and hi < high))
 
 
 @dataclass(frozen=True)
@@ -81,6 +111,8 @@ class Facts:
     width: Optional[int] = None  # None when symbolic
     stable: bool = False
     width_bounds: tuple[int, Optional[int]] = (0, None)  # symbolic width: [lo, hi] inclusive, hi None = unbounded
+    rows: Optional[int] = None  # None when symbolic or not known
+    rows_bounds: tuple[int, Optional[int]] = (0, None)  # symbolic rows: [lo, hi] inclusive, hi None = unbounded
 
 
 @dataclass(frozen=True)
@@ -102,10 +134,11 @@ def device_platform(device_type: str) -> tuple[str, str]:
 
 
 def facts_for(device: torch.device | str, k: int, compress_ratio: int = 1, width: Optional[int] = None,
-              stable: bool = False, width_bounds: tuple[int, Optional[int]] = (0, None)) -> Facts:
+              stable: bool = False, width_bounds: tuple[int, Optional[int]] = (0, None), rows: Optional[int] = None,
+              rows_bounds: tuple[int, Optional[int]] = (0, None)) -> Facts:
     dtype = torch.device(device).type
     platform, arch = device_platform(dtype)
-    return Facts(platform, arch, dtype, k, compress_ratio, width, stable, width_bounds)
+    return Facts(platform, arch, dtype, k, compress_ratio, width, stable, width_bounds, rows, rows_bounds)
 
 
 @dataclass(frozen=True)
@@ -125,11 +158,8 @@ class Policy:
         rules = self.decode if family == "decode" else self.prefill
         for i, rule in enumerate(rules):
             if not rule.matches(facts, long):
-                if facts.width is None and rule.matches_but_band(facts, long):
-                    lo, hi = facts.width_bounds
-                    skipped.append(f"rule {i} ({rule.backend}): the width is symbolic in [{lo}, "
-                                   f"{'inf' if hi is None else hi}], not inside the band [{rule.min_width}, "
-                                   f"{'inf' if rule.max_width is None else rule.max_width})")
+                if rule.matches_but_band(facts, long):
+                    skipped.extend(f"rule {i} ({rule.backend}): {why}" for why in rule.band_misses(facts))
                 continue
             query = Query(family, facts.device_type, facts.k, facts.width, facts.stable, facts.compress_ratio)
             try:
@@ -207,7 +237,7 @@ def from_dict(d: dict[str, Any], source: str = "<dict>") -> Policy:
                 raise ValueError(f"{where}: unknown field(s) {sorted(bad)}; known: {sorted(rule_fields)}")
             if r.get("platform", "*") not in PLATFORMS:
                 raise ValueError(f"{where}.platform: expected one of {PLATFORMS}, got {r['platform']!r}")
-            for name in ("k", "compress_ratio", "max_width", "min_width"):
+            for name in ("k", "compress_ratio", "max_width", "min_width", "max_rows", "min_rows"):
                 v = r.get(name)
                 if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
                     raise ValueError(f"{where}.{name}: expected a non-negative int or null, got {v!r}")
@@ -224,6 +254,13 @@ def from_dict(d: dict[str, Any], source: str = "<dict>") -> Policy:
                     raise ValueError(f"{where}.{name}: expected a string, got {r[name]!r}")
             if r.get("long") is not None and not isinstance(r["long"], bool):
                 raise ValueError(f"{where}.long: expected true, false or null, got {r['long']!r}")
+            for name in ("min_width", "min_rows"):
+                if r.get(name) is None and name in r:
+                    raise ValueError(f"{where}.{name}: expected a non-negative int, got null")
+            for low, high in (("min_width", "max_width"), ("min_rows", "max_rows")):
+                if r.get(high) is not None and r.get(high) <= r.get(low, 0):
+                    raise ValueError(f"{where}.{high}: expected more than {low} ({r.get(low, 0)}), got {r[high]} "
+                                     f"(an empty band)")
             out.append(Rule(**r))
         families[fam] = tuple(out)
     thr = d.get("prefill_threshold", AITER_MIN_PREFILL_SEQLEN)

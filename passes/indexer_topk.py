@@ -2,8 +2,10 @@
 
 A captured decode graph cannot see the live context length, so the backend is chosen
 once per node from host facts: the device's platform and arch, k, compress_ratio, the
-width and the stable flag, read from the node's arguments and ``meta["val"]``. The row
-count and the lengths are never looked at. Every backend op has the generic op's schema,
+width, the row count and the stable flag, read from the node's arguments and
+``meta["val"]``. A symbolic width or row count (``dynamic=True``) gives its whole value
+range instead, and a band rule applies only when the range lies inside its band. The
+lengths are never looked at. Every backend op has the generic op's schema,
 so a rewrite only changes the call target (functional form) or the mutable op carried by
 ``auto_functionalized`` / ``auto_functionalized_v2`` (the ``out=`` form).
 """
@@ -42,6 +44,9 @@ class Rewrite:
     k: int
     compress_ratio: int
     width: Optional[int]
+    rows: Optional[int] = None  # None when symbolic
+    rows_bounds: tuple[int, Optional[int]] = (0, None)  # the symbolic row count's range
+    skipped: tuple[str, ...] = ()  # rules that matched but could not serve, with why
 
 
 def _auto_functionalized_targets() -> tuple[Any, ...]:
@@ -60,22 +65,32 @@ def _arg(node_args: tuple, node_kwargs: dict, name: str) -> Any:
     return node_kwargs.get(name, _SCHEMA_DEFAULTS.get(name))
 
 
-def _width(logits: Any) -> tuple[Optional[int], tuple[int, Optional[int]]]:
-    """(width, bounds): the width when it is an int; for a symbolic width None and its value
-    range from the ShapeEnv ([lo, hi], hi None when unbounded), which a width-band rule must
-    cover whole to apply (:meth:`dsa_ops.policy.Rule.band_holds`)."""
+def _dim(logits: Any, i: int) -> tuple[Optional[int], tuple[int, Optional[int]]]:
+    """(size, bounds) of ``logits``' dim ``i`` (0: rows, 1: width): the size when it is an
+    int; for a symbolic size None and its value range from the ShapeEnv ([lo, hi], hi None
+    when unbounded), which a band rule must cover whole to apply
+    (:meth:`dsa_ops.policy.Rule.band_holds`, :meth:`~dsa_ops.policy.Rule.rows_hold`)."""
     val = logits.meta.get("val") if isinstance(logits, fx.Node) else None
     if val is None:
         return None, (0, None)
-    w = val.shape[1]
-    if isinstance(w, int):
-        return w, (w, w)
+    n = val.shape[i]
+    if isinstance(n, int):
+        return n, (n, n)
     try:
-        rng = w.node.shape_env.bound_sympy(w.node.expr)
-        lo, hi = int(rng.lower), rng.upper
-        return None, (max(lo, 0), int(hi) if hi.is_finite else None)
+        rng = n.node.shape_env.bound_sympy(n.node.expr)
     except Exception:  # no range known: unbounded
         return None, (0, None)
+    return None, (max(_finite(rng.lower) or 0, 0), _finite(rng.upper))
+
+
+def _finite(bound: Any) -> Optional[int]:
+    """A sympy range end as an int, None when infinite. (torch's ``int_oo`` reports
+    ``is_finite`` True on torch 2.13, so the test is whether ``int()`` takes it.)"""
+    try:
+        v = int(bound)
+    except (TypeError, ValueError, AttributeError, OverflowError):
+        return None
+    return v if abs(v) < 1 << 62 else None
 
 
 def _device(logits: Any) -> str:
@@ -107,8 +122,9 @@ def rewrite_graph(graph: fx.Graph, policy: Optional[policy_mod.Policy] = None) -
         logits = _arg(args, kwargs, "logits")
         k, cr = _arg(args, kwargs, "k"), _arg(args, kwargs, "compress_ratio")
         stable = bool(_arg(args, kwargs, "stable"))
-        width, bounds = _width(logits)
-        facts = policy_mod.facts_for(_device(logits), k, cr, width, stable, bounds)
+        width, bounds = _dim(logits, 1)
+        rows, rows_bounds = _dim(logits, 0)
+        facts = policy_mod.facts_for(_device(logits), k, cr, width, stable, bounds, rows, rows_bounds)
         choice = pol.choose("decode", facts)
         backend = get_backend(choice.backend)
         if form == "functional":
@@ -118,7 +134,7 @@ def rewrite_graph(graph: fx.Graph, policy: Optional[policy_mod.Policy] = None) -
         else:
             node.args = (ops.backend_op(backend.name, "decode", out=True),) + tuple(node.args[1:])
         rw = Rewrite(node.name, "functional" if form == "functional" else "out", backend.name,
-                     choice.reason, k, cr, width)
+                     choice.reason, k, cr, width, rows, rows_bounds, choice.skipped)
         log.info("dsa_ops pass: %s (%s) -> %s: %s", rw.node, rw.form, rw.backend, rw.reason)
         for why in choice.skipped:
             log.info("dsa_ops pass:   skipped %s", why)
