@@ -146,3 +146,176 @@ def test_committed_h200_vllm_policy_is_reproducible_and_routes_to_vllms_kernels(
     facts = P.Facts("cuda", "sm_90", "cuda", 2048, 1, 131072)
     assert [r.backend for r in pol.prefill if r.matches(facts, False)][0] == "vllm"
     assert [r.backend for r in pol.prefill if r.matches(facts, True)][0] == "triton"
+
+
+# ---------------------------------------------------------------- row bands (issue 46)
+
+ROWS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+
+
+def _rowed(time_of, widths=(133120, 1048576), lengths=(4096, 32768, 131072), backends=("a", "b", "c"),
+           wrong=()) -> list[M]:
+    """Synthetic decode timings: ``time_of(backend, rows, L, W)`` us at every point."""
+    return [M("decode", b, r, L, w, time_of(b, r, L, w), (b, r, L, w) not in wrong)
+            for w in widths for r in ROWS for L in lengths for b in backends]
+
+
+def _by_rows(b, r, L, w):
+    """a wins up to 8 rows, b 16..64, c from 128, at every L and W; where b loses it loses by
+    0.5 us (a and c by 5), so b is the best single backend over all rows."""
+    win = "a" if r <= 8 else "b" if r <= 64 else "c"
+    return 10.0 + r / 8 + (0.0 if b == win else 0.5 if b == "b" else 5.0)
+
+
+def _spans(bands):
+    return [(b.min_width, b.max_width, b.min_rows, b.max_rows, b.backend, b.fallback) for b in bands]
+
+
+def test_row_bands_merge_adjacent_rows_and_widths_and_add_a_symbolic_fallback():
+    bands = C.decode_row_bands(_rowed(_by_rows))
+    assert _spans(bands) == [(0, None, 0, 16, "a", False), (0, None, 16, 128, "b", False),
+                             (0, None, 128, None, "c", False), (0, None, 0, None, "b", True)]
+    assert bands[0].rows == (1, 2, 4, 8) and bands[0].widths == (133120, 1048576)
+
+
+def test_row_bands_split_widths_whose_winners_differ():
+    def t(b, r, L, w):
+        return _by_rows(b, r, L, w) if w < 1 << 20 else 10.0 + (0.0 if b == "c" else 5.0)
+
+    assert _spans(C.decode_row_bands(_rowed(t))) == [
+        (0, 1048576, 0, 16, "a", False), (0, 1048576, 16, 128, "b", False), (0, 1048576, 128, None, "c", False),
+        (0, 1048576, 0, None, "b", True), (1048576, None, 0, None, "c", False)]  # one band: no fallback
+
+
+def _by_length(b, r, L, w):
+    """a: 5 us at 4K, 60 at 128K; b: 20 flat. Equal mix: a 26.7 vs b 20 -> b; mostly-4K mix -> a."""
+    if b == "a":
+        return {4096: 5.0, 32768: 15.0, 131072: 60.0}[L]
+    return 20.0
+
+
+def test_the_context_mix_decides_what_a_graph_that_cannot_see_L_gets():
+    ms = _rowed(_by_length, backends=("a", "b"))
+    assert {b.backend for b in C.decode_row_bands(ms)} == {"b"}
+    short = C.parse_context_mix("4096:0.8,32768:0.1,131072:0.1")
+    assert {b.backend for b in C.decode_row_bands(ms, short)} == {"a"}
+    with pytest.raises(ValueError, match=r"the context mix names L = \[65536\]"):
+        C.decode_row_bands(ms, {65536: 1.0})
+
+
+def test_a_backend_wrong_anywhere_at_a_width_is_never_chosen_there():
+    fast_but_wrong = lambda b, r, L, w: 1.0 if b == "a" else 10.0 if b == "b" else 20.0  # noqa: E731
+    ms = _rowed(fast_but_wrong, wrong={("a", 512, 4096, 133120)})
+    bands = C.decode_row_bands(ms)
+    assert _spans(bands) == [(0, 1048576, 0, None, "b", False), (1048576, None, 0, None, "a", False)]
+    assert all(g.chosen == "b" for g in C.regret(ms, bands) if g.width == 133120)
+
+
+def test_regret_table_reports_each_shape_and_the_mix_against_an_oracle():
+    ms = _rowed(_by_length, widths=(133120,), backends=("a", "b"))
+    bands = C.decode_row_bands(ms)
+    regrets = {(g.rows, g.length): g for g in C.regret(ms, bands)}
+    assert len(regrets) == len(ROWS) * 4
+    at4k, at128k, mix = regrets[(8, 4096)], regrets[(8, 131072)], regrets[(8, "mix")]
+    assert (at4k.chosen, at4k.best, at4k.regret_us) == ("b", "a", 15.0)
+    assert (at128k.best, at128k.regret_us, at128k.ratio) == ("b", 0.0, 1.0)
+    assert mix.chosen_us == pytest.approx(20.0) and mix.best_us == pytest.approx((5 + 15 + 20) / 3)
+    table = C.regret_table(list(regrets.values()))
+    assert "| 133120 | 8 | 4096 | b | 20.0 | a | 5.0 | +15.0 | 4.000 |" in table
+    assert "| 133120 | 8 | mix | b | 20.0 | (per-L best) | 13.3 | +6.7 | 1.500 |" in table
+
+
+@pytest.mark.parametrize("text, error", [
+    ("4096", "expected L:weight items"), ("4096:x", "expected L:weight items"), ("0:1", "expected L:weight"),
+    ("4096:-1", "expected L:weight"), ("4096:0", "at least one L with a weight above 0"),
+    ("4096:1,4096:2", "named twice"), ("", "at least one L"),
+])
+def test_bad_context_mix(text, error):
+    with pytest.raises(ValueError, match=error):
+        C.parse_context_mix(text)
+
+
+def test_context_mix_is_normalised():
+    assert C.parse_context_mix("131072:2, 4096:2") == {4096: 0.5, 131072: 0.5}
+
+
+def test_row_policy_routes_concrete_and_symbolic_rows(tmp_path):
+    import dataclasses
+
+    from tests.standins import standin_backend
+
+    with standin_backend("rows_a") as a, standin_backend("rows_b") as b, standin_backend("rows_c") as c:
+        name = {"a": a, "b": b, "c": c}
+        ms = [dataclasses.replace(m, backend=name[m.backend]) for m in _rowed(_by_rows)] + _prefill(65536)
+        pol = C.build_row_policy(ms, "cpu", "", {"device": "synthetic"}, k=2048)
+        path = tmp_path / "rows.json"
+        P.save(pol, path)
+        loaded = P.load(path)
+        assert loaded.content_hash() == pol.content_hash() and loaded.meta["method"] == "row-bands"
+        assert loaded.meta["regret"] and loaded.meta["context_mix"] == {"4096": 1 / 3, "32768": 1 / 3,
+                                                                        "131072": 1 / 3}
+
+        def pick(rows=None, bounds=(0, None), k=2048):
+            return loaded.choose("decode", P.facts_for("cpu", k, 1, 133120, rows=rows, rows_bounds=bounds)).backend
+
+        assert [pick(r) for r in (1, 15, 16, 100, 127, 128, 4096)] == [a, a, b, b, b, c, c]
+        assert pick(bounds=(2, 64)) == b  # straddles a's and b's bands: the fallback
+        assert pick(bounds=(16, 100)) == b and pick(bounds=(200, 300)) == c
+        assert pick(1, k=64) == "reference"  # calibrated at k = 2048 only: other k take the defaults
+        assert loaded.choose("prefill", P.facts_for("cpu", 2048), long=True).backend == "reference"
+
+
+def test_calibrate_measures_checks_and_keeps_a_killed_runs_data(tmp_path, monkeypatch, capsys):
+    """measure() on the CPU with stand-in backends and a fake timer: a wrong output is kept with
+    ok=False and reported; the .measurements.jsonl it writes as it goes rebuilds the policy with
+    --from-measurements (no GPU), for another backend subset too."""
+    import argparse
+    import dataclasses
+
+    import dsa_ops
+    from dsa_ops import cli
+    from dsa_ops.backends import BACKENDS, reference
+    from dsa_ops.backends.base import YES
+    from dsa_ops.commands import calibrate
+
+    def wrong(logits, lengths, k, next_n, stable, out):
+        reference.decode(logits, lengths, k, next_n, stable, out)
+        out[:, 0] = -1
+
+    good = dataclasses.replace(dsa_ops.backends.get("reference"), name="cal_good_double", available=lambda: YES,
+                               supports=lambda q: YES, test_only=True, _cache={})
+    other = dataclasses.replace(good, name="cal_other_double", _cache={})
+    bad = dataclasses.replace(good, name="cal_wrong_double", decode=wrong, _cache={})
+    from dsa_ops.backends import register
+
+    for b in (good, other, bad):
+        BACKENDS.pop(b.name, None)
+        register(b)  # ops too (they stay; the registry entries go with monkeypatch below)
+        monkeypatch.setitem(BACKENDS, b.name, b)
+    args = argparse.Namespace(k=8, reps=1, rows="1,4", widths="300", lengths="100,300", prefill_seqlens="",
+                              quick=False, context_mix=None, backends=f"{good.name},{other.name},{bad.name}")
+    speed = {good.name: 10.0, other.name: 12.0, bad.name: 1.0}
+    sink = tmp_path / "cal.measurements.jsonl"
+    lines = []
+    ms = calibrate.measure(args, progress=lines.append, timer=_timer_by_op(speed), device="cpu", sink=str(sink),
+                           meta={"platform": "cpu", "arch": "", "k": 8})
+    assert len(ms) == 2 * 2 * 3 and {m.ok for m in ms if m.backend == bad.name} == {False}
+    assert all(m.ok for m in ms if m.backend != bad.name)
+    assert any("WRONG (never chosen)" in ln for ln in lines) and lines[0].startswith("calibrate: 12 timings")
+    out = tmp_path / "rebuilt.json"
+    assert cli.main(["calibrate", "--from-measurements", str(sink), "--out", str(out)]) == 1  # wrong outputs seen
+    pol = P.load(out)
+    assert [r.backend for r in pol.decode[:1]] == [good.name]
+    assert "## Regret" in (tmp_path / "rebuilt.md").read_text()
+    capsys.readouterr()
+    assert cli.main(["calibrate", "--from-measurements", str(out), "--out", str(tmp_path / "sub.json"),
+                     "--backends", other.name]) == 0
+    assert P.load(tmp_path / "sub.json").decode[0].backend == other.name
+
+
+def _timer_by_op(speed: dict):
+    """A fake timer: the backend's synthetic time, read from the op the call closes over."""
+    def timer(call, family):
+        op = next(c.cell_contents for c in call.__closure__ if "dsa_ops" in str(c.cell_contents))
+        return next(us for name, us in speed.items() if name in str(op))
+    return timer
