@@ -212,6 +212,58 @@ _DEFAULT_PREFILL = (
 )
 DEFAULT = Policy(decode=_DEFAULT_DECODE, prefill=_DEFAULT_PREFILL)
 
+# Shipped calibrated policies (issue 46), chosen by :func:`default_choice`: on Hopper, the one
+# calibrated with vLLM's kernels among the candidates where those kernels load (the vLLM
+# route's case: never slower than stock vLLM), else the one calibrated without them. Built by
+# ``python -m dsa_ops.devtools.ship_policies`` from one ``dsa-ops calibrate`` run on an H100.
+SHIPPED_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "policies")
+HOPPER_VLLM = "hopper-vllm.json"
+HOPPER = "hopper.json"
+VLLM_KERNELS = ("vllm_persistent", "vllm_cooperative")  # what "vLLM's kernels are available" means
+
+
+@dataclass(frozen=True)
+class DefaultChoice:
+    """The policy this host gets by default, the file it came from (None: the built-in
+    rules, :data:`DEFAULT`) and why."""
+
+    policy: Policy
+    why: str
+    path: Optional[str] = None
+
+
+def default_choice(platform: Optional[str] = None, arch: Optional[str] = None, vllm: Optional[bool] = None,
+                   folder: Optional[str] = None) -> DefaultChoice:
+    """Which policy is the default here: a shipped Hopper policy (with or without vLLM's kernels,
+    by whether they load), else the built-in rules. The arguments override the host's facts (tests)."""
+    if platform is None:
+        platform, arch = device_platform("cuda")
+    arch = arch or ""
+    if platform != "cuda" or not arch.startswith("sm_90"):
+        return DefaultChoice(DEFAULT, f"built-in rules: no shipped policy for {platform} {arch or '(no GPU)'} "
+                                      f"(the shipped ones are for Hopper, sm_90)")
+    why_vllm = ""
+    if vllm is None:
+        missing = [f"{n}: {a.reason}" for n in VLLM_KERNELS for a in [get_backend(n).availability()] if not a]
+        vllm, why_vllm = not missing, "; ".join(missing)
+    name = HOPPER_VLLM if vllm else HOPPER
+    side = "with vLLM's kernels (they load here)" if vllm else ("without vLLM's kernels" + (
+        f" (not available: {why_vllm})" if why_vllm else ""))
+    path = os.path.join(folder or SHIPPED_DIR, name)
+    if not os.path.exists(path):
+        return DefaultChoice(DEFAULT, f"built-in rules: {arch}, {side}, but no measured {name} is shipped yet")
+    return DefaultChoice(load(path), f"{name}: calibrated on Hopper, {side}", path)
+
+
+@functools.lru_cache(maxsize=1)
+def _default_here() -> DefaultChoice:
+    return default_choice()
+
+
+def default() -> Policy:
+    """The default policy on this host (:func:`default_choice`, decided once per process)."""
+    return _default_here().policy
+
 
 def from_dict(d: dict[str, Any], source: str = "<dict>") -> Policy:
     """Build and validate a policy; ValueError names the offending field."""
@@ -297,12 +349,13 @@ _override: list[Policy] = []
 
 
 def current() -> Policy:
-    """The policy in force: :func:`use`'s innermost, else ``$DSA_OPS_POLICY``, else :data:`DEFAULT`."""
+    """The policy in force: :func:`use`'s innermost, else ``$DSA_OPS_POLICY``, else :func:`default`
+    (a shipped calibrated policy on Hopper, once measured; :data:`DEFAULT` elsewhere)."""
     if _override:
         return _override[-1]
     path = os.environ.get(ENV_VAR)
     if not path:
-        return DEFAULT
+        return default()
     try:  # one stat a call (the file is read again when it changes)
         mtime = os.stat(path).st_mtime
     except OSError:  # load() says what is wrong with the path

@@ -20,7 +20,7 @@ def test_help_lists_every_command(capsys):
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without a GPU")
-@pytest.mark.parametrize("command", [["calibrate"], ["bench"], ["bench", "--e2e"]])
+@pytest.mark.parametrize("command", [["calibrate"], ["bench"], ["bench", "--e2e"], ["bench", "--stock"]])
 def test_gpu_commands_refuse_on_cpu(command, capsys):
     assert cli.main(command) == 2
     err = capsys.readouterr().err
@@ -82,6 +82,12 @@ BAD = [
     (["bench", "--e2e", "--e2e-contexts", ""], "--e2e-contexts: expected a comma list of ints >= 1, got ''"),
     (["bench", "--out", "README.md"], "--out: 'README.md' exists and is not a folder"),
     (["calibrate", "--out", "/nonexistent/p.json"], "--out: the folder '/nonexistent' does not exist"),
+    (["calibrate", "--context-mix", "4096:0.5,x"], "--context-mix: context mix: expected L:weight items"),
+    (["calibrate", "--rows", "0"], "--rows: expected a comma list of ints >= 1, got '0'"),
+    (["calibrate", "--from-measurements", "/nonexistent/c.json"], "--from-measurements: cannot read"),
+    (["calibrate", "--from-measurements", "README.md"], "--from-measurements: 'README.md' holds no calibrate"),
+    (["bench", "--policy", "p.json"], "--policy: only --stock routes by a policy"),
+    (["bench", "--stock", "--policy", "/nonexistent/p.json"], "policy: cannot read '/nonexistent/p.json'"),
     (["calibrate", "--out", "p.md"], "--report: 'p.md' is also --out"),
     (["calibrate", "--out", "p.json", "--report", "/nonexistent/r.md"], "--report: the folder '/nonexistent' does not"),
     (["demo", "--compile-backend", "tvm"], "--compile-backend tvm: needs the 'tvm' package"),

@@ -43,13 +43,16 @@ VLLM_PREFILL_US = {16384: 690.0, 32768: 1330.0, 65536: 2640.0, 131072: 5040.0}
 PREFILL_TARGET_US = {131072: 3000.0}
 PREFILL_ROWS = 16384
 MIN_REPS = 30  # decode replays a timing, at least (the median of fewer is too noisy here)
+DEFAULT_ROWS = "1,8,16,64"
+STOCK_ROWS = "1,2,4,8,16,32,64,128,256,512"  # every batch size a step captures, to 512
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default="bench-out", help="output directory (default: bench-out)")
     p.add_argument("--reps", type=int, default=MIN_REPS, help=f"replays per decode timing (default and least: {MIN_REPS})")
     p.add_argument("--prefill-reps", type=int, default=5, help="eager calls per prefill timing (default: 5)")
-    p.add_argument("--rows", default="1,8,16,64", help="decode row counts (default: 1,8,16,64; '' skips decode)")
+    p.add_argument("--rows", default=None,
+                   help=f"decode row counts (default: {DEFAULT_ROWS}, with --stock {STOCK_ROWS}; '' skips decode)")
     p.add_argument("--widths", default="133120,1048576", help="decode widths W (default: 133120,1048576)")
     p.add_argument("--lengths", default="4096,32768,131072,mixed",
                    help="decode live lengths, or 'mixed' (default: 4096,32768,131072,mixed)")
@@ -63,6 +66,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="leave out the raw-kernel columns (vLLM's ops called directly, next to their adapters)")
     p.add_argument("--ref-max-elems", type=int, default=1 << 24,
                    help="time the reference only up to R*W elements (default: %(default)s)")
+    p.add_argument("--stock", action="store_true",
+                   help="decode only: stock vLLM 0.33.0's own top-k choice for each call (needs vLLM's ops) next to "
+                   "the routed dsa_ops.topk_decode call, routed / stock in bench.md (dsa_ops/commands/bench_stock.py)")
+    p.add_argument("--policy", default="",
+                   help="with --stock: comma list of policy JSON files to route with, or 'default' (default: "
+                   "$DSA_OPS_POLICY or the default policy)")
     from dsa_ops.commands import bench_e2e
 
     bench_e2e.add_arguments(p)
@@ -310,6 +319,14 @@ def check_args(args: argparse.Namespace) -> None:
     checks.at_least("reps", args.reps, MIN_REPS)
     checks.at_least("prefill-reps", args.prefill_reps, 1)
     checks.at_least("verify-rows", args.verify_rows, 1)
+    if args.rows is None:
+        args.rows = STOCK_ROWS if args.stock else DEFAULT_ROWS
+    if args.stock:
+        from dsa_ops.commands import bench_stock
+
+        bench_stock.policies(args.policy)  # a bad file fails now, not after the timing
+    elif args.policy:
+        raise checks.UsageError("--policy: only --stock routes by a policy (the plain bench names each backend)")
     decode = [checks.int_list("rows", args.rows), checks.int_list("widths", args.widths),
               checks.int_list("lengths", args.lengths, 0, extra=("mixed",))]
     prefill = checks.int_list("prefill-c", args.prefill_c)
@@ -340,6 +357,10 @@ def run(args: argparse.Namespace) -> int:
         from dsa_ops.commands import bench_e2e
 
         return bench_e2e.run(args, _meta())
+    if args.stock:
+        from dsa_ops.commands import bench_stock
+
+        return bench_stock.run(args)
     wanted = [n for n in args.backends.split(",") if n] or list(dsa_ops.backends())
     names = [n for n in wanted if dsa_ops.backends()[n].availability()]
     for n in wanted:
@@ -406,3 +427,4 @@ def run(args: argparse.Namespace) -> int:
     _log(_plot(records, names, os.path.join(args.out, "bench.png")))
     bad = [r for r in records if r.get("verified", "ok") != "ok"]
     return 1 if bad else 0
+
