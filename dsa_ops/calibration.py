@@ -250,7 +250,10 @@ def _expected(pts: dict, wrong: set, rows: int, width: int, mix: dict[int, float
 
 def decode_row_bands(ms: Iterable[Measurement], mix: Optional[dict[int, float]] = None) -> list[RowBand]:
     """Per width, the least expected time per measured row count, adjacent equal winners merged
-    into row bands (a band reaches up to the next measured row count with another winner);
+    into row bands; a band ends right past its last measured row count (rows between two
+    measured counts with different winners take the larger count's winner: both the cuda
+    kernel and vLLM's cooperative kernel change plans past 64 rows, which a power-of-two grid
+    measures on each side);
     adjacent widths with the same row bands merged into width bands; then, for a width band
     with several row bands, its symbolic-rows fallback."""
     ms = list(ms)
@@ -267,8 +270,8 @@ def decode_row_bands(ms: Iterable[Measurement], mix: Optional[dict[int, float]] 
             best = min(exp[r], key=lambda b: (exp[r][b], b))
             if runs and runs[-1][2] == best:
                 runs[-1][3].append(r)
-            else:
-                runs.append([0 if not runs else r, None, best, [r]])
+            else:  # a new band starts right past the last measured row count of the one before
+                runs.append([0 if not runs else runs[-1][3][-1] + 1, None, best, [r]])
         for a, b in zip(runs, runs[1:]):
             a[1] = b[0]
         per_width.append((w, [(lo, hi, b, tuple(rs)) for lo, hi, b, rs in runs], exp))

@@ -173,8 +173,8 @@ def _spans(bands):
 
 def test_row_bands_merge_adjacent_rows_and_widths_and_add_a_symbolic_fallback():
     bands = C.decode_row_bands(_rowed(_by_rows))
-    assert _spans(bands) == [(0, None, 0, 16, "a", False), (0, None, 16, 128, "b", False),
-                             (0, None, 128, None, "c", False), (0, None, 0, None, "b", True)]
+    assert _spans(bands) == [(0, None, 0, 9, "a", False), (0, None, 9, 65, "b", False),
+                             (0, None, 65, None, "c", False), (0, None, 0, None, "b", True)]
     assert bands[0].rows == (1, 2, 4, 8) and bands[0].widths == (133120, 1048576)
 
 
@@ -183,7 +183,7 @@ def test_row_bands_split_widths_whose_winners_differ():
         return _by_rows(b, r, L, w) if w < 1 << 20 else 10.0 + (0.0 if b == "c" else 5.0)
 
     assert _spans(C.decode_row_bands(_rowed(t))) == [
-        (0, 1048576, 0, 16, "a", False), (0, 1048576, 16, 128, "b", False), (0, 1048576, 128, None, "c", False),
+        (0, 1048576, 0, 9, "a", False), (0, 1048576, 9, 65, "b", False), (0, 1048576, 65, None, "c", False),
         (0, 1048576, 0, None, "b", True), (1048576, None, 0, None, "c", False)]  # one band: no fallback
 
 
@@ -258,9 +258,9 @@ def test_row_policy_routes_concrete_and_symbolic_rows(tmp_path):
         def pick(rows=None, bounds=(0, None), k=2048):
             return loaded.choose("decode", P.facts_for("cpu", k, 1, 133120, rows=rows, rows_bounds=bounds)).backend
 
-        assert [pick(r) for r in (1, 15, 16, 100, 127, 128, 4096)] == [a, a, b, b, b, c, c]
+        assert [pick(r) for r in (1, 8, 9, 16, 64, 65, 128, 4096)] == [a, a, b, b, b, c, c, c]
         assert pick(bounds=(2, 64)) == b  # straddles a's and b's bands: the fallback
-        assert pick(bounds=(16, 100)) == b and pick(bounds=(200, 300)) == c
+        assert pick(bounds=(9, 64)) == b and pick(bounds=(65, 300)) == c
         assert pick(1, k=64) == "reference"  # calibrated at k = 2048 only: other k take the defaults
         assert loaded.choose("prefill", P.facts_for("cpu", 2048), long=True).backend == "reference"
 

@@ -7,6 +7,7 @@ policy from a calibrate JSON's stored measurements (another backend subset or co
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import json
 import os
@@ -46,6 +47,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quick", action="store_true", help="a smaller grid (rows 1/16/128, W 133120, 3 prefill sizes)")
     p.add_argument("--backends", help="comma-separated backends to consider (default: every available one but "
                    f"the baselines {', '.join(BASELINES)})")
+    p.add_argument("--name", help="the policy's name (default: calibrated-<device>)")
     p.add_argument("--from-measurements", metavar="JSON",
                    help="no GPU: rebuild from this calibrate JSON's (or .measurements.jsonl's) measurements")
 
@@ -320,6 +322,8 @@ def run(args: argparse.Namespace) -> int:
         pol = build_row_policy(ms, meta["platform"], meta["arch"], meta, mix, k=meta.get("k", args.k))
     except ValueError as exc:
         raise checks.UsageError(str(exc)) from None
+    if args.name:
+        pol = dataclasses.replace(pol, name=args.name)
     P.save(pol, args.out)
     P.load(args.out)  # what we wrote must load
     text = report(pol, ms)

@@ -1,5 +1,8 @@
 """Compile the demo decode step with passes.IndexerTopKPass and show every top-k node with
-the backend the policy chose and why, the prefill guards on max_seqlen_k, and the pass uuid."""
+the backend the policy chose and why, which policy applies and why (a file, or this host's
+default: a shipped Hopper policy with or without vLLM's kernels, or the built-in rules), the
+decode backend by row count (the row bands), the prefill guards on max_seqlen_k, and the pass
+uuid."""
 
 from __future__ import annotations
 
@@ -16,6 +19,39 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--width", type=int, default=8192, help="decode logits width W (default: 8192)")
     p.add_argument("--layers", type=int, default=2, help="indexer layers (default: 2)")
     p.add_argument("--k", type=int, default=2048, help="top-k (default: 2048)")
+    p.add_argument("--rows", type=int, default=4, help="decode rows of the compiled step (default: 4)")
+
+
+BY_ROWS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)  # the row counts the decode-by-rows table shows
+
+
+def policy_source(path: str | None) -> str:
+    """Where the policy in force comes from, and why (the default's choice says which and why)."""
+    import os
+
+    from dsa_ops import policy as P
+
+    if path:
+        return f"--policy {path}"
+    if os.environ.get(P.ENV_VAR):
+        return f"${P.ENV_VAR}={os.environ[P.ENV_VAR]}"
+    return f"this host's default: {P._default_here().why}"
+
+
+def by_rows(pol, device: str, k: int, width: int) -> list[tuple[str, str, str]]:
+    """(rows, backend, reason) over the row counts in BY_ROWS (neighbours with the same choice
+    merged: "1..16") and for an unbounded symbolic row count."""
+    from dsa_ops import policy as P
+
+    out: list[list] = []
+    for r in BY_ROWS:
+        choice = pol.choose("decode", P.facts_for(device, k, 1, width, rows=r))
+        if out and out[-1][1:] == [choice.backend, choice.reason]:
+            out[-1][0] = f"{out[-1][0].split('..')[0]}..{r}"
+        else:
+            out.append([str(r), choice.backend, choice.reason])
+    sym = pol.choose("decode", P.facts_for(device, k, 1, width, rows_bounds=(2, None)))
+    return [tuple(x) for x in out] + [("symbolic [2, inf]", sym.backend, sym.reason)]
 
 
 def decode_rewrites(step: torch.nn.Module, example: tuple, pol) -> list:
@@ -66,18 +102,24 @@ def run(args: argparse.Namespace) -> int:
     checks.at_least("layers", args.layers, 1)
     checks.top_k(args.k)
     pol = checks.policy(args.policy)
-    step, example = build_step(args.device, batch=4, width=args.width, layers=args.layers, k=args.k, seed=0)
+    checks.at_least("rows", args.rows, 1)
+    step, example = build_step(args.device, batch=args.rows, width=args.width, layers=args.layers, k=args.k, seed=0)
     print(f"policy: {pol.name} (hash {pol.content_hash()[:16]}), prefill threshold {pol.prefill_threshold}, "
           f"stable={pol.stable}")
+    print(f"  from {policy_source(args.policy)}")
     platform, arch = P.device_platform(torch.device(args.device).type)
     print(f"device: {args.device} (platform {platform}{', arch ' + arch if arch else ''})")
-    print(f"\ndecode: {args.layers}-layer indexer step, W={args.width}, k={args.k}, compiled with inductor")
+    print(f"\ndecode: {args.layers}-layer indexer step, {args.rows} rows, W={args.width}, k={args.k}, compiled with "
+          f"inductor")
     for rw in decode_rewrites(step, example, pol):
         print(f"  {rw.node:<16} {rw.form:<10} -> dsa_ops::topk_decode_{rw.backend}")
         print(f"  {'':<16} why: {rw.reason}")
-    choice = pol.choose("decode", P.facts_for(args.device, args.k, 1, args.width))
+    choice = pol.choose("decode", P.facts_for(args.device, args.k, 1, args.width, rows=args.rows))
     for why in choice.skipped:
         print(f"  {'':<16} skipped {why}")
+    print(f"\ndecode by row count (W={args.width}; a captured graph has one row count, a dynamic one its range):")
+    for label, backend, reason in by_rows(pol, args.device, args.k, args.width):
+        print(f"  rows {label:<17} -> {backend:<17} {reason}")
     print(f"\nprefill: host branch on max_seqlen_k >= {pol.prefill_threshold} (a dynamo guard when compiled)")
     for m, code, called in prefill_guards(pol, args.device, min(args.k, 64)):
         print(f"  max_seqlen_k={m:<8} guards {code or ['(none)']} -> {called}")
