@@ -57,3 +57,100 @@ def test_policy_labels(tmp_path):
 
     with pytest.raises(UsageError, match="two policies are labelled 'mine'"):
         S.policies(f"{path},{path}")
+
+
+# ------------------------------------------------------------------ the bench's calls, on the CPU
+
+@pytest.fixture
+def fake_vllm_ops(monkeypatch):
+    """vLLM's three stock kernels as reference stand-ins in a namespace of their own (the real
+    ``_C`` is left alone, so the vllm backends stay unavailable here); counts what ran."""
+    import torch
+
+    from dsa_ops.backends import reference, vllm_intree, vllm_radix
+
+    ns, ran = "dsa_ops_stock_test", []
+    if not hasattr(fake_vllm_ops, "lib"):
+        lib = fake_vllm_ops.lib = torch.library.Library(ns, "FRAGMENT")
+        for name in ("cooperative_topk", "persistent_topk"):
+            lib.define(f"{name}(Tensor logits, Tensor lengths, Tensor(a!) output, Tensor workspace, int k, "
+                       f"int max_seq_len) -> ()")
+
+            def radix(logits, lengths, output, workspace, k, max_seq_len, name=name):
+                assert max_seq_len == int(lengths.max())  # stock passes the step's longest length
+                fake_vllm_ops.ran.append(name)
+                reference.decode(logits, lengths, k, 1, False, output)
+
+            lib.impl(name, radix, "CPU")
+        lib.define(f"{vllm_intree.DECODE_OP}(Tensor logits, int next_n, Tensor seq_lens, Tensor(a!) indices, "
+                   f"int numRows, int stride0, int stride1, int topK) -> ()")
+
+        def per_row(logits, next_n, seq_lens, indices, rows, s0, s1, k):
+            fake_vllm_ops.ran.append("per_row")  # writes the valid prefix only: the caller's fill does the rest
+            tmp = torch.empty_like(indices)
+            reference.decode(logits, seq_lens, k, next_n, False, tmp)
+            for r in range(rows):
+                m = min(int(seq_lens[r]), k)
+                indices[r, :m] = tmp[r, :m]
+
+        lib.impl(vllm_intree.DECODE_OP, per_row, "CPU")
+    fake_vllm_ops.ran = ran
+    monkeypatch.setattr(vllm_radix, "NAMESPACE", ns)
+    return ran
+
+
+def _eager_runner(call, reps):
+    return call, lambda: {"median_us": 10.0, "p10_us": 9.0, "p90_us": 11.0, "n": reps}
+
+
+@pytest.mark.parametrize("rows, kernel", [(4, "cooperative_topk"), (80, "persistent_topk")])
+def test_case_runs_stock_and_each_routed_policy_and_checks_both(fake_vllm_ops, rows, kernel):
+    from dsa_ops import policy as P
+
+    pols = {"builtin": P.DEFAULT, "tt": P.Policy(decode=(P.Rule("torch_topk"),), prefill=(P.Rule("reference"),))}
+    recs = S.case(rows, 3000, 2500, 512, 30, 8, pols, device="cpu", runner=_eager_runner, capability=H100)
+    assert [(r["side"], r["runs"], r["verified"]) for r in recs] == [
+        ("stock", kernel, "ok"), ("routed:builtin", "reference", "ok"), ("routed:tt", "torch_topk", "ok")]
+    assert fake_vllm_ops == [kernel.split("_")[0] + "_topk"]
+    recs = S.case(2, 3000, "mixed", 512, 30, 8, pols, device="cpu", runner=_eager_runner, capability=(8, 0))
+    assert recs[0]["runs"] == "persistent_topk" and all(r["verified"] == "ok" for r in recs)
+
+
+def test_the_stock_call_fills_before_the_kernel(fake_vllm_ops):
+    """Stock's buffer is vLLM's, -1 filled before the top-k: a kernel that writes only the valid
+    prefix still yields -1 past min(L, k)."""
+    import torch
+
+    x = torch.randn(3, 100)
+    lens = torch.tensor([10, 100, 0], dtype=torch.int32)
+    out = torch.full((3, 64), 7, dtype=torch.int32)
+    S.stock_call("per_row", x, lens, 64, out, 100)()
+    assert (out[0, 10:] == -1).all() and (out[2] == -1).all()
+    with pytest.raises(ValueError, match="choice: expected one of"):
+        S.stock_call("deep_select", x, lens, 64, out, 100)
+
+
+def test_run_writes_the_side_by_side_table(tmp_path, monkeypatch, capsys):
+    import argparse
+
+    from dsa_ops.commands import bench
+
+    def fake_case(rows, width, length, k, reps, nver, pols):
+        st = {"family": "decode", "rows": rows, "width": width, "length": length, "verified": "ok"}
+        return [{**st, "side": "stock", "runs": "cooperative_topk", "median_us": 10.0},
+                *({**st, "side": f"routed:{lab}", "runs": "cuda", "median_us": 9.0 + rows} for lab in pols)]
+
+    monkeypatch.setattr(S, "available", lambda: "")
+    monkeypatch.setattr(S, "case", fake_case)
+    monkeypatch.setattr(bench, "_meta", lambda: {"device": "H100 (fake)", "torch": "t", "triton": "tr", "date": "d",
+                                                 "timing": "graph replay"})
+    args = argparse.Namespace(widths="133120", rows="1,2", lengths="4096,mixed", k=2048, reps=30, verify_rows=8,
+                              policy="builtin", out=str(tmp_path))
+    assert S.run(args) == 0
+    md = (tmp_path / "bench.md").read_text()
+    assert "| 1 | 133120 | 4096 | cooperative_topk | 10.0 | cuda | 10.0 | 1.00 | +0.0 |" in md
+    assert "| 2 | 133120 | mixed | cooperative_topk | 10.0 | cuda | 11.0 | 1.10 | +1.0 |" in md
+    assert "- builtin: routed <= stock + 1 us at 4 of 4 shapes" in md
+    import json
+
+    assert json.loads((tmp_path / "bench.json").read_text())["mode"] == "stock"

@@ -106,35 +106,44 @@ def routed_call(x: torch.Tensor, lens: torch.Tensor, k: int, out: torch.Tensor, 
     return call
 
 
-def case(rows: int, width: int, length: Any, k: int, reps: int, nver: int, policies: dict) -> list[dict]:
-    """One decode shape: the stock record, then one routed record per policy."""
-    from dsa_ops import policy as P
+def _graph_runner(call: Callable[[], None], reps: int) -> tuple[Callable[[], None], Callable[[], dict]]:
+    """(one replay, the timing) of ``call`` captured in a CUDA graph, as the bench times decode."""
     from dsa_ops.benchmarking import capture, time_graph
+
+    graph = capture(call)
+    return graph.replay, lambda: time_graph(call, reps=reps, graph=graph).summary()
+
+
+def case(rows: int, width: int, length: Any, k: int, reps: int, nver: int, policies: dict, device: str = "cuda",
+         runner: Callable = _graph_runner, capability: Optional[tuple[int, int]] = None) -> list[dict]:
+    """One decode shape: the stock record, then one routed record per policy. Each output is
+    checked after one replay of its graph (``runner``: tests pass an eager one)."""
+    from dsa_ops import policy as P
     from dsa_ops.commands.bench import _verify
 
-    g = torch.Generator(device="cuda").manual_seed(rows * 7 + width)
-    x = torch.randn(rows, width, device="cuda", generator=g)
+    g = torch.Generator(device=device).manual_seed(rows * 7 + width)
+    x = torch.randn(rows, width, device=device, generator=g)
     if length == "mixed":
-        lens = torch.randint(2048, 131073, (rows,), device="cuda", generator=g, dtype=torch.int32).clamp(max=width)
+        lens = torch.randint(2048, 131073, (rows,), device=device, generator=g, dtype=torch.int32).clamp(max=width)
     else:
-        lens = torch.full((rows,), min(int(length), width), dtype=torch.int32, device="cuda")
+        lens = torch.full((rows,), min(int(length), width), dtype=torch.int32, device=device)
     max_seq_len = int(lens.max())  # a host int in vLLM's metadata; one sync here, outside the timing
-    out = torch.empty(rows, k, dtype=torch.int32, device="cuda")
-    choice = stock_choice("decode", "cuda", torch.cuda.get_device_capability(), k, rows, int(x.stride(0)))
+    out = torch.empty(rows, k, dtype=torch.int32, device=device)
+    cap = capability or torch.cuda.get_device_capability()
+    choice = stock_choice("decode", "cuda", cap, k, rows, int(x.stride(0)))
     base = {"family": "decode", "rows": rows, "width": width, "length": length}
     calls = [("stock", KERNELS[choice], stock_call(choice, x, lens, k, out, max_seq_len))]
     for label, pol in policies.items():
-        picked = pol.choose("decode", P.facts_for("cuda", k, 1, width, rows=rows)).backend
+        picked = pol.choose("decode", P.facts_for(device, k, 1, width, rows=rows)).backend
         calls.append((f"routed:{label}", picked, routed_call(x, lens, k, out, pol)))
     records = []
     for side, what, call in calls:
-        graph = capture(call)
+        once, timed = runner(call, reps)
         out.fill_(-7)
-        graph.replay()
+        once()
         status = _verify("decode", out, x, lens, None, k, nver)
-        t = time_graph(call, reps=reps, graph=graph)
-        records.append({**base, "side": side, "runs": what, **t.summary(), "verified": status})
-        del graph
+        records.append({**base, "side": side, "runs": what, **timed(), "verified": status})
+        once = timed = None  # the graph goes before the next one is captured
     return records
 
 
