@@ -26,8 +26,9 @@ call time. Opted in (``DSA_OPS_VLLM_ROUTE=1``), :func:`install` replaces those n
 
 Any other caller of those names gets vLLM's function unchanged. A routed call is one call
 of the public :func:`dsa_ops.topk_decode` / :func:`dsa_ops.topk_prefill` (``out=`` vLLM's
-buffer), whose backend comes from ``dsa_ops.policy.current()`` and host facts only, chosen
-and checked once per host facts and cached there.
+buffer), whose backend comes from ``dsa_ops.policy.current()`` and host facts only (the
+call's row count included, so a row-banded policy picks per batch size), chosen and checked
+once per host facts and cached there.
 :func:`install` refuses (one warning, nothing patched) on an untested vLLM version or
 when a seam is missing or no longer referenced by the function that calls it.
 """
