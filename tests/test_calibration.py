@@ -319,3 +319,30 @@ def _timer_by_op(speed: dict):
         op = next(c.cell_contents for c in call.__closure__ if "dsa_ops" in str(c.cell_contents))
         return next(us for name, us in speed.items() if name in str(op))
     return timer
+
+
+def test_a_backend_that_raises_is_left_unmeasured_and_the_run_goes_on(monkeypatch):
+    import argparse
+    import dataclasses
+
+    import dsa_ops
+    from dsa_ops.backends import BACKENDS, register
+    from dsa_ops.backends.base import YES
+    from dsa_ops.commands import calibrate
+
+    def boom(logits, lengths, k, next_n, stable, out):
+        raise RuntimeError("kernel launch failed")
+
+    good = dataclasses.replace(dsa_ops.backends.get("reference"), name="cal_fine_double", available=lambda: YES,
+                               supports=lambda q: YES, test_only=True, _cache={})
+    bad = dataclasses.replace(good, name="cal_raising_double", decode=boom, _cache={})
+    for b in (good, bad):
+        BACKENDS.pop(b.name, None)
+        register(b)
+        monkeypatch.setitem(BACKENDS, b.name, b)
+    args = argparse.Namespace(k=8, reps=1, rows="2", widths="300", lengths="100", prefill_seqlens="", quick=False,
+                              context_mix=None, backends=f"{bad.name},{good.name}")
+    lines = []
+    ms = calibrate.measure(args, progress=lines.append, timer=lambda call, fam: 5.0, device="cpu")
+    assert [m.backend for m in ms] == [good.name]
+    assert any("ERROR, not measured: RuntimeError('kernel launch failed')" in ln for ln in lines)

@@ -162,16 +162,21 @@ def measure(args: argparse.Namespace, progress: Callable[[str], None] = _log, ti
                     call = lambda: op(logits, lens, k, 1, 1, False, res)  # noqa: E731
                 else:
                     call = lambda: op(logits, starts, ends, k, 1, False, res)  # noqa: E731
-                call()
                 try:
-                    if family == "decode":
-                        assert_decode_equivalent(res[idx], logits[idx], lens[idx], k)
-                    else:
-                        assert_prefill_equivalent(res, logits, starts, ends, k)
-                    ok, note = True, "ok"
-                except AssertionError as exc:
-                    ok, note = False, "WRONG (never chosen): " + str(exc).splitlines()[0]
-                us = float(timer(call, family))
+                    call()
+                    try:
+                        if family == "decode":
+                            assert_decode_equivalent(res[idx], logits[idx], lens[idx], k)
+                        else:
+                            assert_prefill_equivalent(res, logits, starts, ends, k)
+                        ok, note = True, "ok"
+                    except AssertionError as exc:
+                        ok, note = False, "WRONG (never chosen): " + str(exc).splitlines()[0]
+                    us = float(timer(call, family))
+                except Exception as exc:  # one failing backend must not lose the rest of the run
+                    progress(f"[{i}/{n}] {time.monotonic() - t0:7.1f}s {family} {name} rows={rows} L={length} "
+                             f"W={width}: ERROR, not measured: {exc!r}"[:400])
+                    continue
                 m = Measurement(family, name, rows, length, width, round(us, 3), ok)
                 out.append(m)
                 if sink_f:
