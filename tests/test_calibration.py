@@ -150,6 +150,8 @@ def test_committed_h200_vllm_policy_is_reproducible_and_routes_to_vllms_kernels(
 
 # ---------------------------------------------------------------- row bands (issue 46)
 
+from dsa_ops import calibration_rows as R  # noqa: E402
+
 ROWS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 
 
@@ -172,7 +174,7 @@ def _spans(bands):
 
 
 def test_row_bands_merge_adjacent_rows_and_widths_and_add_a_symbolic_fallback():
-    bands = C.decode_row_bands(_rowed(_by_rows))
+    bands = R.decode_row_bands(_rowed(_by_rows))
     assert _spans(bands) == [(0, None, 0, 9, "a", False), (0, None, 9, 65, "b", False),
                              (0, None, 65, None, "c", False), (0, None, 0, None, "b", True)]
     assert bands[0].rows == (1, 2, 4, 8) and bands[0].widths == (133120, 1048576)
@@ -182,7 +184,7 @@ def test_row_bands_split_widths_whose_winners_differ():
     def t(b, r, L, w):
         return _by_rows(b, r, L, w) if w < 1 << 20 else 10.0 + (0.0 if b == "c" else 5.0)
 
-    assert _spans(C.decode_row_bands(_rowed(t))) == [
+    assert _spans(R.decode_row_bands(_rowed(t))) == [
         (0, 1048576, 0, 9, "a", False), (0, 1048576, 9, 65, "b", False), (0, 1048576, 65, None, "c", False),
         (0, 1048576, 0, None, "b", True), (1048576, None, 0, None, "c", False)]  # one band: no fallback
 
@@ -196,31 +198,31 @@ def _by_length(b, r, L, w):
 
 def test_the_context_mix_decides_what_a_graph_that_cannot_see_L_gets():
     ms = _rowed(_by_length, backends=("a", "b"))
-    assert {b.backend for b in C.decode_row_bands(ms)} == {"b"}
-    short = C.parse_context_mix("4096:0.8,32768:0.1,131072:0.1")
-    assert {b.backend for b in C.decode_row_bands(ms, short)} == {"a"}
+    assert {b.backend for b in R.decode_row_bands(ms)} == {"b"}
+    short = R.parse_context_mix("4096:0.8,32768:0.1,131072:0.1")
+    assert {b.backend for b in R.decode_row_bands(ms, short)} == {"a"}
     with pytest.raises(ValueError, match=r"the context mix names L = \[65536\]"):
-        C.decode_row_bands(ms, {65536: 1.0})
+        R.decode_row_bands(ms, {65536: 1.0})
 
 
 def test_a_backend_wrong_anywhere_at_a_width_is_never_chosen_there():
     fast_but_wrong = lambda b, r, L, w: 1.0 if b == "a" else 10.0 if b == "b" else 20.0  # noqa: E731
     ms = _rowed(fast_but_wrong, wrong={("a", 512, 4096, 133120)})
-    bands = C.decode_row_bands(ms)
+    bands = R.decode_row_bands(ms)
     assert _spans(bands) == [(0, 1048576, 0, None, "b", False), (1048576, None, 0, None, "a", False)]
-    assert all(g.chosen == "b" for g in C.regret(ms, bands) if g.width == 133120)
+    assert all(g.chosen == "b" for g in R.regret(ms, bands) if g.width == 133120)
 
 
 def test_regret_table_reports_each_shape_and_the_mix_against_an_oracle():
     ms = _rowed(_by_length, widths=(133120,), backends=("a", "b"))
-    bands = C.decode_row_bands(ms)
-    regrets = {(g.rows, g.length): g for g in C.regret(ms, bands)}
+    bands = R.decode_row_bands(ms)
+    regrets = {(g.rows, g.length): g for g in R.regret(ms, bands)}
     assert len(regrets) == len(ROWS) * 4
     at4k, at128k, mix = regrets[(8, 4096)], regrets[(8, 131072)], regrets[(8, "mix")]
     assert (at4k.chosen, at4k.best, at4k.regret_us) == ("b", "a", 15.0)
     assert (at128k.best, at128k.regret_us, at128k.ratio) == ("b", 0.0, 1.0)
     assert mix.chosen_us == pytest.approx(20.0) and mix.best_us == pytest.approx((5 + 15 + 20) / 3)
-    table = C.regret_table(list(regrets.values()))
+    table = R.regret_table(list(regrets.values()))
     assert "| 133120 | 8 | 4096 | b | 20.0 | a | 5.0 | +15.0 | 4.000 |" in table
     assert "| 133120 | 8 | mix | b | 20.0 | (per-L best) | 13.3 | +6.7 | 1.500 |" in table
 
@@ -232,11 +234,11 @@ def test_regret_table_reports_each_shape_and_the_mix_against_an_oracle():
 ])
 def test_bad_context_mix(text, error):
     with pytest.raises(ValueError, match=error):
-        C.parse_context_mix(text)
+        R.parse_context_mix(text)
 
 
 def test_context_mix_is_normalised():
-    assert C.parse_context_mix("131072:2, 4096:2") == {4096: 0.5, 131072: 0.5}
+    assert R.parse_context_mix("131072:2, 4096:2") == {4096: 0.5, 131072: 0.5}
 
 
 def test_row_policy_routes_concrete_and_symbolic_rows(tmp_path):
@@ -247,7 +249,7 @@ def test_row_policy_routes_concrete_and_symbolic_rows(tmp_path):
     with standin_backend("rows_a") as a, standin_backend("rows_b") as b, standin_backend("rows_c") as c:
         name = {"a": a, "b": b, "c": c}
         ms = [dataclasses.replace(m, backend=name[m.backend]) for m in _rowed(_by_rows)] + _prefill(65536)
-        pol = C.build_row_policy(ms, "cpu", "", {"device": "synthetic"}, k=2048)
+        pol = R.build_row_policy(ms, "cpu", "", {"device": "synthetic"}, k=2048)
         path = tmp_path / "rows.json"
         P.save(pol, path)
         loaded = P.load(path)
@@ -346,3 +348,77 @@ def test_a_backend_that_raises_is_left_unmeasured_and_the_run_goes_on(monkeypatc
     ms = calibrate.measure(args, progress=lines.append, timer=lambda call, fam: 5.0, device="cpu")
     assert [m.backend for m in ms] == [good.name]
     assert any("ERROR, not measured: RuntimeError('kernel launch failed')" in ln for ln in lines)
+
+
+def _with_stock(a_at_4k: float):
+    """a: 4K a_at_4k us, 32K 12, 128K 20; b: stock + 0.5 everywhere; stock: 8 / 14 / 30.
+    Equal mix: a (4K 12) = 14.7 < b 17.8, but a loses to stock at 4K by a_at_4k - 8."""
+    stock = {4096: 8.0, 32768: 14.0, 131072: 30.0}
+    a = {4096: a_at_4k, 32768: 12.0, 131072: 20.0}
+    ms = []
+    for r in (1, 64, 128):
+        for L in stock:
+            ms += [M("decode", "a", r, L, 133120, a[L]), M("decode", "b", r, L, 133120, stock[L] + 0.5),
+                   M("decode", R.STOCK, r, L, 133120, stock[L])]
+    return ms
+
+
+@pytest.mark.parametrize("a_at_4k, tol, want", [
+    (12.0, None, "a"),   # no guard: the least expected time
+    (12.0, 1.0, "b"),    # a is 4 us over stock at 4K: out; b is within 0.5 everywhere
+    (12.0, 5.0, "a"),    # a looser guard lets a back in
+    (8.5, 1.0, "a"),     # a within 0.5 of stock at 4K and faster elsewhere
+])
+def test_the_stock_guard_keeps_backends_within_a_tolerance_of_vllms_own_choice(a_at_4k, tol, want):
+    bands = R.decode_row_bands(_with_stock(a_at_4k), stock_tol=tol)
+    assert {b.backend for b in bands} == {want}
+
+
+def test_with_no_backend_within_the_guard_the_least_worst_excess_wins_and_stock_is_never_chosen():
+    ms = [m if m.backend == R.STOCK else dataclasses_replace(m, us=m.us + (9.0 if m.backend == "a" else 3.0))
+          for m in _with_stock(12.0)]
+    assert {b.backend for b in R.decode_row_bands(ms, stock_tol=1.0)} == {"b"}
+    assert R.STOCK not in {b.backend for b in R.decode_row_bands(ms)}
+
+
+def test_regret_reports_stock_and_the_policy_records_the_guard():
+    ms = _with_stock(12.0)
+    bands = R.decode_row_bands(ms, stock_tol=1.0)
+    table = R.regret_table(R.regret(ms, bands))
+    assert "| 133120 | 1 | 4096 | b | 8.5 | b | 8.5 | +0.0 | 1.000 | 8.0 | +0.5 |" in table
+    assert "| 133120 | 1 | 131072 | b | 30.5 | a | 20.0 | +10.5 | 1.525 | 30.0 | +0.5 |" in table
+    with_guard = R.build_row_policy(ms, "cpu", "", {"device": "x"}, stock_tol=1.0)
+    assert with_guard.meta["stock_guard_us"] == 1.0 and "within 1 us of stock vLLM" in with_guard.decode[0].why
+    assert R.build_row_policy(ms, "cpu", "", {"device": "x"}).meta["stock_guard_us"] is None
+
+
+def dataclasses_replace(m, **kw):
+    import dataclasses
+
+    return dataclasses.replace(m, **kw)
+
+
+def test_calibrate_times_stock_vllms_own_kernel_alone_and_checks_it_after_vllms_fill(monkeypatch):
+    """With stock_capability (on a GPU: where vLLM's ops load), each decode shape gets a 'stock'
+    measurement: the kernel stock vLLM runs for the call (cooperative up to 64 rows on sm_90,
+    persistent above), timed alone, its output checked after the -1 fill vLLM does."""
+    import argparse
+
+    from dsa_ops.commands import calibrate
+    from tests.standins import fake_vllm_kernels
+
+    args = argparse.Namespace(k=512, reps=1, rows="4,80", widths="3000", lengths="2500", prefill_seqlens="",
+                              quick=False, context_mix=None, backends="torch_topk")
+    timed = []
+
+    def timer(call, family):
+        timed.append(call)
+        return 7.0
+
+    with fake_vllm_kernels() as ran:
+        ms = calibrate.measure(args, progress=lambda s: None, timer=timer, device="cpu", stock_capability=(9, 0))
+        stock = [m for m in ms if m.backend == R.STOCK]
+        assert [(m.rows, m.ok) for m in stock] == [(4, True), (80, True)]
+        assert ran == ["cooperative_topk", "persistent_topk"]  # the checked calls (fill, then the kernel)
+        timed[1]()  # the timed stock call: the kernel alone, no fill
+        assert ran[-1] == "cooperative_topk"

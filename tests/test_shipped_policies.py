@@ -100,3 +100,23 @@ def test_explain_says_where_the_policy_comes_from_and_shows_the_row_bands(tmp_pa
 
     assert re.search(r"rows 1\.\.8 +-> torch_topk +decode rule 0: few rows", text)
     assert re.search(r"rows 16\.\.512 +-> reference", text) and re.search(r"rows symbolic \[2, inf\] +-> reference", text)
+
+
+def test_the_shipped_vllm_policy_has_the_stock_guard_and_the_other_has_none(tmp_path, capsys):
+    """With stock measured, hopper-vllm.json is built with the 1 us stock guard (recorded in its
+    meta and report), hopper.json without; neither routes to the 'stock' pseudo-backend."""
+    cal = _write_calibration(tmp_path / "h100.measurements.jsonl")
+    lines = cal.read_text().splitlines()
+    for w in (133120, 1048576):
+        for r in ROWS:
+            for L in (4096, 32768, 131072):
+                us = (10.0 + r / 10) if r <= 64 else 11.0 + r / 10  # stock: coop's time up to 64, then a bit slower
+                lines.append(json.dumps({"family": "decode", "backend": "stock", "rows": r, "length": L, "width": w,
+                                         "us": us}))
+    cal.write_text("\n".join(lines) + "\n")
+    dest = tmp_path / "p"
+    assert ship_policies.main([str(cal), "--dest", str(dest), "--reports", str(tmp_path)]) == 0
+    with_vllm, without = P.load(dest / P.HOPPER_VLLM), P.load(dest / P.HOPPER)
+    assert with_vllm.meta["stock_guard_us"] == 1.0 and without.meta["stock_guard_us"] is None
+    assert "stock" not in {r.backend for r in with_vllm.decode + without.decode}
+    assert "Against stock: chosen <= stock + 1 us at" in (tmp_path / "h100-policy-vllm.md").read_text()

@@ -62,41 +62,11 @@ def test_policy_labels(tmp_path):
 # ------------------------------------------------------------------ the bench's calls, on the CPU
 
 @pytest.fixture
-def fake_vllm_ops(monkeypatch):
-    """vLLM's three stock kernels as reference stand-ins in a namespace of their own (the real
-    ``_C`` is left alone, so the vllm backends stay unavailable here); counts what ran."""
-    import torch
+def fake_vllm_ops():
+    from tests.standins import fake_vllm_kernels
 
-    from dsa_ops.backends import reference, vllm_intree, vllm_radix
-
-    ns, ran = "dsa_ops_stock_test", []
-    if not hasattr(fake_vllm_ops, "lib"):
-        lib = fake_vllm_ops.lib = torch.library.Library(ns, "FRAGMENT")
-        for name in ("cooperative_topk", "persistent_topk"):
-            lib.define(f"{name}(Tensor logits, Tensor lengths, Tensor(a!) output, Tensor workspace, int k, "
-                       f"int max_seq_len) -> ()")
-
-            def radix(logits, lengths, output, workspace, k, max_seq_len, name=name):
-                assert max_seq_len == int(lengths.max())  # stock passes the step's longest length
-                fake_vllm_ops.ran.append(name)
-                reference.decode(logits, lengths, k, 1, False, output)
-
-            lib.impl(name, radix, "CPU")
-        lib.define(f"{vllm_intree.DECODE_OP}(Tensor logits, int next_n, Tensor seq_lens, Tensor(a!) indices, "
-                   f"int numRows, int stride0, int stride1, int topK) -> ()")
-
-        def per_row(logits, next_n, seq_lens, indices, rows, s0, s1, k):
-            fake_vllm_ops.ran.append("per_row")  # writes the valid prefix only: the caller's fill does the rest
-            tmp = torch.empty_like(indices)
-            reference.decode(logits, seq_lens, k, next_n, False, tmp)
-            for r in range(rows):
-                m = min(int(seq_lens[r]), k)
-                indices[r, :m] = tmp[r, :m]
-
-        lib.impl(vllm_intree.DECODE_OP, per_row, "CPU")
-    fake_vllm_ops.ran = ran
-    monkeypatch.setattr(vllm_radix, "NAMESPACE", ns)
-    return ran
+    with fake_vllm_kernels() as ran:
+        yield ran
 
 
 def _eager_runner(call, reps):

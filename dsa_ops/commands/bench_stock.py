@@ -70,8 +70,8 @@ def available() -> str:
 
 
 def stock_call(choice: str, x: torch.Tensor, lens: torch.Tensor, k: int, out: torch.Tensor,
-               max_seq_len: int) -> Callable[[], None]:
-    """vLLM's stock call for ``choice``: the -1 fill of the buffer rows, then the kernel."""
+               max_seq_len: int, fill: bool = True) -> Callable[[], None]:
+    """vLLM's stock call for ``choice``: the -1 fill of the buffer rows (``fill``), then the kernel."""
     from dsa_ops.backends import vllm_intree, vllm_radix
 
     ops = getattr(torch.ops, vllm_radix.NAMESPACE)
@@ -91,7 +91,7 @@ def stock_call(choice: str, x: torch.Tensor, lens: torch.Tensor, k: int, out: to
         out.fill_(-1)
         kernel()
 
-    return call
+    return call if fill else kernel
 
 
 def routed_call(x: torch.Tensor, lens: torch.Tensor, k: int, out: torch.Tensor, pol) -> Callable[[], None]:

@@ -47,6 +47,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quick", action="store_true", help="a smaller grid (rows 1/16/128, W 133120, 3 prefill sizes)")
     p.add_argument("--backends", help="comma-separated backends to consider (default: every available one but "
                    f"the baselines {', '.join(BASELINES)})")
+    p.add_argument("--stock-guard", default="1.0", metavar="US",
+                   help="where vLLM's own choice was measured (the 'stock' column: vLLM's ops load), keep to the "
+                   "backends within US us of it at every measured L (default: %(default)s; 'off': no guard)")
     p.add_argument("--name", help="the policy's name (default: calibrated-<device>)")
     p.add_argument("--from-measurements", metavar="JSON",
                    help="no GPU: rebuild from this calibrate JSON's (or .measurements.jsonl's) measurements")
@@ -89,7 +92,7 @@ def grid(args: argparse.Namespace) -> tuple[list[int], list[int], list[int], lis
 
 
 def mix_of(args: argparse.Namespace) -> Optional[dict[int, float]]:
-    from dsa_ops.calibration import parse_context_mix
+    from dsa_ops.calibration_rows import parse_context_mix
     from dsa_ops.commands import checks
 
     if not args.context_mix:
@@ -98,6 +101,21 @@ def mix_of(args: argparse.Namespace) -> Optional[dict[int, float]]:
         return parse_context_mix(args.context_mix)
     except ValueError as exc:
         raise checks.UsageError(f"--context-mix: {exc}") from None
+
+
+def stock_guard(value: str) -> Optional[float]:
+    """``--stock-guard``: a tolerance in us (>= 0), or None for 'off'."""
+    from dsa_ops.commands import checks
+
+    if value.strip().lower() == "off":
+        return None
+    try:
+        tol = float(value)
+    except ValueError:
+        tol = -1.0
+    if not (tol >= 0 and tol != float("inf")):
+        raise checks.UsageError(f"--stock-guard: expected a number of us >= 0 or 'off', got {value!r}")
+    return tol
 
 
 def _subset(rows: int) -> torch.Tensor:
@@ -109,16 +127,22 @@ def _log(msg: str) -> None:
 
 
 def measure(args: argparse.Namespace, progress: Callable[[str], None] = _log, timer: Optional[Callable] = None,
-            device: str = "cuda", sink: Optional[str] = None, meta: Optional[dict] = None) -> list:
+            device: str = "cuda", sink: Optional[str] = None, meta: Optional[dict] = None,
+            stock_capability: Optional[tuple[int, int]] = None) -> list:
     """All decode and prefill measurements. Every output is checked against the reference (up to
     CHECK_ROWS rows of it); a wrong one is kept with ``ok=False`` (never chosen) and reported.
     ``timer(call, family) -> us`` defaults to graph replay (decode) / eager calls (prefill);
     ``sink`` gets ``{"meta": meta}`` and then one JSON line per measurement as it is made (a killed
-    run keeps its data: ``--from-measurements`` reads the file)."""
+    run keeps its data: ``--from-measurements`` reads the file). Where vLLM's ops load (or
+    ``stock_capability`` says which device to take stock vLLM's choice for), each decode shape
+    also gets ``stock``: the kernel stock vLLM 0.33.0 runs for the call with the shape's L as its
+    bound, timed alone (vLLM -1 fills the buffer before it, routed or not), checked after that fill."""
     from dataclasses import asdict
 
     from dsa_ops import ops
     from dsa_ops.calibration import Measurement
+    from dsa_ops.calibration_rows import STOCK
+    from dsa_ops.commands import bench_stock
     from dsa_ops.testing import assert_decode_equivalent, assert_prefill_equivalent
 
     if timer is None:
@@ -132,8 +156,12 @@ def measure(args: argparse.Namespace, progress: Callable[[str], None] = _log, ti
     names = _candidates(args.backends, k, max(widths))
     jobs = [("decode", r, L, w) for w in widths for r in rows_grid for L in lengths if L <= w]
     jobs += [("prefill", PREFILL_ROWS, c, c) for c in seqlens]
-    n = sum(len(_serving(names, f, k, w)) for f, _, _, w in jobs)
-    progress(f"calibrate: {n} timings ({len(jobs)} shapes x {names}); decode: CUDA-graph replay, {args.reps} reps")
+    if stock_capability is None and device == "cuda" and not bench_stock.available():
+        stock_capability = torch.cuda.get_device_capability()
+    n = sum(len(_serving(names, f, k, w)) + (f == "decode" and stock_capability is not None) for f, _, _, w in jobs)
+    progress(f"calibrate: {n} timings ({len(jobs)} shapes x {names}"
+             + (f" + {STOCK} (vLLM's own choice)" if stock_capability else "")
+             + f"); decode: CUDA-graph replay, {args.reps} reps")
     out, i, t0 = [], 0, time.monotonic()
     sink_f = open(sink, "w", encoding="utf-8") if sink else None
     if sink_f:
@@ -155,15 +183,24 @@ def measure(args: argparse.Namespace, progress: Callable[[str], None] = _log, ti
             else:  # one causal chunk: row r ends at C - R + r + 1
                 starts = torch.zeros(rows, dtype=torch.int32, device=device)
                 ends = (torch.arange(rows, device=device, dtype=torch.int32) + (length - rows + 1)).clamp(min=0)
-            for name in _serving(names, family, k, width):
+            served = _serving(names, family, k, width)
+            if family == "decode" and stock_capability is not None:
+                served.append(STOCK)
+            for name in served:
                 i += 1
-                op = ops.backend_op(name, family, out=True)
-                if family == "decode":
-                    call = lambda: op(logits, lens, k, 1, 1, False, res)  # noqa: E731
+                if name == STOCK:
+                    choice = bench_stock.stock_choice("decode", "cuda", stock_capability, k, rows,
+                                                      int(logits.stride(0)))
+                    first = bench_stock.stock_call(choice, logits, lens, k, res, length)  # vLLM's fill, the kernel
+                    call = bench_stock.stock_call(choice, logits, lens, k, res, length, fill=False)
+                elif family == "decode":
+                    op = ops.backend_op(name, family, out=True)
+                    call = first = lambda: op(logits, lens, k, 1, 1, False, res)  # noqa: E731
                 else:
-                    call = lambda: op(logits, starts, ends, k, 1, False, res)  # noqa: E731
+                    op = ops.backend_op(name, family, out=True)
+                    call = first = lambda: op(logits, starts, ends, k, 1, False, res)  # noqa: E731
                 try:
-                    call()
+                    first()
                     try:
                         if family == "decode":
                             assert_decode_equivalent(res[idx], logits[idx], lens[idx], k)
@@ -217,7 +254,7 @@ def load_measurements(path: str) -> tuple[list, dict]:
 
 def report(policy, ms: list) -> str:
     """The markdown report: timings, the bands and their reasons, the regret table."""
-    from dsa_ops.calibration import Regret, regret_table
+    from dsa_ops.calibration_rows import Regret, regret_table
 
     meta = policy.meta
     names = sorted({m.backend for m in ms})
@@ -263,11 +300,22 @@ def report(policy, ms: list) -> str:
               "measured shape: the chosen backend's time against the fastest backend at that shape (regret = "
               "chosen - best; 0 where the choice is the fastest). The `mix` lines compare the chosen backend's "
               "expected time over the mix with an oracle that picks the fastest backend for each L.", ""]
+    if meta.get("stock_guard_us") is not None:
+        lines += [f"Stock guard: at each (W, rows) only the backends within {meta['stock_guard_us']:g} us of stock vLLM "
+                  f"0.33.0's own choice (the `stock` column: its kernel alone, with the shape's L as its bound) at "
+                  f"every measured L were candidates (if none was, the one with the least worst excess).", ""]
     if worst is not None:
         over = sum(g.regret_us > 1.0 for g in shapes)
         lines += [f"Worst: {worst.regret_us:+.1f} us ({worst.ratio:.3f}x) at W {worst.width}, rows {worst.rows}, "
                   f"L {worst.length} ({worst.chosen} against {worst.best}); {over} of {len(shapes)} shapes lose "
-                  f"more than 1 us.", ""]
+                  f"more than 1 us."]
+        vs = [g for g in shapes if g.stock_us is not None]
+        if vs:
+            bad = max(vs, key=lambda g: g.over_stock_us)
+            lines.append(f"Against stock: chosen <= stock + 1 us at {sum(g.over_stock_us <= 1.0 for g in vs)} of "
+                         f"{len(vs)} shapes; worst {bad.over_stock_us:+.1f} us at W {bad.width}, rows {bad.rows}, "
+                         f"L {bad.length} ({bad.chosen}).")
+        lines.append("")
     lines.append(regret_table(regrets))
     return "\n".join(lines) + "\n"
 
@@ -298,16 +346,19 @@ def run(args: argparse.Namespace) -> int:
     checks.at_least("reps", args.reps, 1)
     wanted = checks.backend_names("backends", args.backends)
     mix = mix_of(args)
+    tol = stock_guard(args.stock_guard)
     grid(args)  # the lists are checked before any work
     args.report = report_path(args.out, args.report)
     from dsa_ops import policy as P
     from dsa_ops.backends.base import module_version
-    from dsa_ops.calibration import build_row_policy
+    from dsa_ops.calibration_rows import build_row_policy
 
     if args.from_measurements:
         ms, meta = load_measurements(args.from_measurements)
         if wanted:
-            ms = [m for m in ms if m.backend in wanted]
+            from dsa_ops.calibration_rows import STOCK
+
+            ms = [m for m in ms if m.backend in wanted or m.backend == STOCK]
         meta = {k: v for k, v in meta.items() if k in ("device", "platform", "arch", "torch", "triton", "date", "k")}
         if "platform" not in meta or "arch" not in meta:
             raise checks.UsageError(f"--from-measurements: {args.from_measurements!r} names no platform / arch")
@@ -324,7 +375,7 @@ def run(args: argparse.Namespace) -> int:
         ms = measure(args, sink=_sink_path(args.out), meta=meta)
         meta["backends"] = sorted({m.backend for m in ms})
     try:
-        pol = build_row_policy(ms, meta["platform"], meta["arch"], meta, mix, k=meta.get("k", args.k))
+        pol = build_row_policy(ms, meta["platform"], meta["arch"], meta, mix, k=meta.get("k", args.k), stock_tol=tol)
     except ValueError as exc:
         raise checks.UsageError(str(exc)) from None
     if args.name:
