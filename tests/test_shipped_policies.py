@@ -120,3 +120,24 @@ def test_the_shipped_vllm_policy_has_the_stock_guard_and_the_other_has_none(tmp_
     assert with_vllm.meta["stock_guard_us"] == 1.0 and without.meta["stock_guard_us"] is None
     assert "stock" not in {r.backend for r in with_vllm.decode + without.decode}
     assert "Against stock: chosen <= stock + 1 us at" in (tmp_path / "h100-policy-vllm.md").read_text()
+
+
+def test_the_shipped_files_rebuild_from_the_stored_calibration_or_are_absent(tmp_path, capsys):
+    """Once measured, dsa_ops/policies/hopper*.json must be what ship_policies makes of
+    docs/benchmarks/h100-cal.json (same hashes); until then Hopper keeps the built-in rules."""
+    import os
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    cal = os.path.join(root, "docs", "benchmarks", "h100-cal.json")
+    shipped = [os.path.join(P.SHIPPED_DIR, n) for n in (P.HOPPER_VLLM, P.HOPPER)]
+    if not any(os.path.exists(p) for p in shipped):
+        assert P.default_choice("cuda", "sm_90", vllm=True).policy is P.DEFAULT
+        return
+    assert all(os.path.exists(p) for p in shipped) and os.path.exists(cal), "ship both files and the calibration"
+    mix = P.load(shipped[0]).meta.get("context_mix")
+    args = [cal, "--dest", str(tmp_path), "--reports", str(tmp_path)]
+    if mix and len(set(mix.values())) > 1:  # a non-default mix was used: rebuild with it
+        args += ["--context-mix", ",".join(f"{L}:{w}" for L, w in mix.items())]
+    assert ship_policies.main(args) in (0, 1)
+    for p in shipped:
+        assert P.load(tmp_path / os.path.basename(p)).content_hash() == P.load(p).content_hash(), p
