@@ -134,8 +134,9 @@ def test_the_shipped_files_rebuild_from_the_stored_calibration_or_are_absent(tmp
         assert P.default_choice("cuda", "sm_90", vllm=True).policy is P.DEFAULT
         return
     assert all(os.path.exists(p) for p in shipped) and os.path.exists(cal), "ship both files and the calibration"
-    mix = P.load(shipped[0]).meta.get("context_mix")
-    args = [cal, "--dest", str(tmp_path), "--reports", str(tmp_path)]
+    meta = P.load(shipped[0]).meta
+    mix, guard = meta.get("context_mix"), meta.get("stock_guard_us")
+    args = [cal, "--dest", str(tmp_path), "--reports", str(tmp_path)] + (["--stock-guard", str(guard)] if guard else [])
     if mix and len(set(mix.values())) > 1:  # a non-default mix was used: rebuild with it
         args += ["--context-mix", ",".join(f"{L}:{w}" for L, w in mix.items())]
     assert ship_policies.main(args) in (0, 1)
