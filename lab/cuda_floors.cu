@@ -1,7 +1,7 @@
 // Floors of a native decode top-k on Hopper: each kernel is one step of the chain (a launch,
 // a cluster launch, one read of a row with a 2048-bin histogram of the top 11 key bits, and
 // the exchange of the histograms between the CTAs that split a row). Measured by
-// dsa_ops/devtools/cuda_floors.py, which checks every kernel against torch first.
+// lab/cuda_floors.py, which checks every kernel against torch first.
 //
 // No headers: NVRTC compiles this as is (cluster and PDL steps are inline PTX).
 // Rows are 16-byte aligned (pitch % 4 == 0): reads are float4, and never reach column L.

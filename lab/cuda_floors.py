@@ -19,7 +19,7 @@ Kernels (``cuda_floors.cu``, compiled with NVRTC through ``dsa_ops.backends.cuda
   same bin merged by ``__match_any_sync`` first) and ``read`` (no histogram: the read and a
   compare a key, the count in bin 0) to separate the read from the counting.
 
-Usage (device): ``python -m dsa_ops.devtools.cuda_floors OUT.json [--quick]``;
+Usage (device): ``python -m lab.cuda_floors OUT.json [--quick]``;
 ``--selfcheck`` (CPU) compiles the source with NVRTC and checks the torch reference.
 """
 
@@ -216,7 +216,7 @@ def main(argv: list[str]) -> None:
         selfcheck()
         return
     if len(argv) not in (2, 3) or argv[1].startswith("-") or argv[2:] not in ([], ["--quick"]):
-        raise SystemExit("usage: python -m dsa_ops.devtools.cuda_floors OUT.json [--quick] | --selfcheck")
+        raise SystemExit("usage: python -m lab.cuda_floors OUT.json [--quick] | --selfcheck")
     dev = torch.device("cuda", torch.cuda.current_device())
     cases = build_cases(dev, quick="--quick" in argv)
     res = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,

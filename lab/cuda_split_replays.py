@@ -1,6 +1,6 @@
 """Where the time of slow launches of the cuda backend's split plans goes (GPU only).
 
-``python -m dsa_ops.devtools.cuda_split_replays --cases 12x1048576x32768:auto+any ... --out F.json``
+``python -m lab.cuda_split_replays --cases 12x1048576x32768:auto+any ... --out F.json``
 
 Each case ``ROWSxWIDTHxLENGTH:SPEC`` (SPEC as ``cuda_topk_variants``: ``auto+any``,
 ``split:8:16384+any``, ...) uses the harness's data (the same seed), then launches the plan
@@ -21,7 +21,7 @@ import sys
 
 import torch
 
-from dsa_ops.devtools import cuda_topk_variants as harness
+from lab import cuda_topk_variants as harness
 
 # A busy wait enqueued before each launch's start event (about 100 us): without it the events
 # time the host's enqueue of the launch too (H100 run 25: events 40-50 us around kernels whose

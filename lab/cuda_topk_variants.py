@@ -9,7 +9,7 @@ medians. Variants are ``cluster:stage_keys`` plans, ``solo[:BUF]``, ``split[:C[:
 (``auto`` = the default plan), each optionally ``+any`` (ordered=False) and ``@NAME=V;...``
 (source defines).
 
-    python -m dsa_ops.devtools.cuda_topk_variants --out variants.json \
+    python -m lab.cuda_topk_variants --out variants.json \
         --decode-variants auto,1:auto,4:auto --prefill-variants auto,1:auto
 """
 

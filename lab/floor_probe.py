@@ -25,7 +25,7 @@ rounds), the way ``dsa-ops bench`` times decode:
 - ``read P=1 ...`` (8, 16 or 32 warps): one program reads the whole row (no exchange at all).
 - ``radix``: the shipped kernel at the same shapes.
 
-Usage (device): ``python -m dsa_ops.devtools.floor_probe OUT.json``. ``--selfcheck`` (CPU, with
+Usage (device): ``python -m lab.floor_probe OUT.json``. ``--selfcheck`` (CPU, with
 ``TRITON_INTERPRET=1``) checks the kernels against torch on small shapes (tests/test_tools.py).
 """
 
@@ -285,7 +285,7 @@ def main(argv: list[str]) -> None:
             print(f"{tag}: ok")
         return
     if len(argv) != 2 or argv[1].startswith("-"):
-        raise SystemExit("usage: python -m dsa_ops.devtools.floor_probe OUT.json | --selfcheck")
+        raise SystemExit("usage: python -m lab.floor_probe OUT.json | --selfcheck")
     cases = build_cases(torch.device("cuda"), False)
     res: dict = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
                  "note": "us, graph replay of one call, 256 MiB written before each replay, median of 30; two rounds",

@@ -11,7 +11,7 @@ that interleave the forms (so a slow stretch of a shared host hits every form al
 * ``triton`` and ``cuda`` (CUDA only): the same forms around the real launch, on one row
   shorter than k (the trivial path, a few us of device time, so the loop is bound by the host).
 
-Run on the device: ``python -m dsa_ops.devtools.host_cost [--json PATH]``; on the CPU only the
+Run on the device: ``python -m lab.host_cost [--json PATH]``; on the CPU only the
 no-op group runs.
 """
 

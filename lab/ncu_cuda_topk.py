@@ -1,10 +1,10 @@
 """One shape of the ``cuda`` backend's kernel, launched three times, for Nsight Compute
-(device only): ``python -m dsa_ops.devtools.ncu_cuda_topk ROWS W L [CLUSTER]``.
-``dsa_ops/devtools/ncu_cuda_topk.sh`` runs ncu on the third launch."""
+(device only): ``python -m lab.ncu_cuda_topk ROWS W L [CLUSTER]``.
+``lab/ncu_cuda_topk.sh`` runs ncu on the third launch."""
 
 from __future__ import annotations
 
-from dsa_ops.devtools import help_requested
+from lab import help_requested
 
 help_requested(__doc__)
 

@@ -1,6 +1,6 @@
 """Drive the radix kernel for Nsight Compute: ``ncu -k regex:radix_kernel --launch-skip 2
---launch-count 1 python3 -m dsa_ops.devtools.ncu_radix ROWS W L [key=value ...]`` (decode), or
-``... -m dsa_ops.devtools.ncu_radix prefill ROWS C [key=value ...]`` (one ROWS-row causal chunk of a
+--launch-count 1 python3 -m lab.ncu_radix ROWS W L [key=value ...]`` (decode), or
+``... -m lab.ncu_radix prefill ROWS C [key=value ...]`` (one ROWS-row causal chunk of a
 C-token context, as the bench's prefill: row r ends at C - ROWS + r + 1).
 
 Launches the kernel three times on fresh N(0, 1) logits (the first compiles); keyword
@@ -9,7 +9,7 @@ arguments go to ``radix_launch.launch`` as ints (e.g. ``dbits=6 num_warps=4 wagg
 
 from __future__ import annotations
 
-from dsa_ops.devtools import help_requested
+from lab import help_requested
 
 help_requested(__doc__)
 

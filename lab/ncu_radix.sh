@@ -13,7 +13,7 @@ for s in "${shapes[@]}"; do
   ncu --clock-control none ${NCU_EXTRA:-} -k "regex:${KERNEL:-radix_kernel}" --launch-skip 2 --launch-count 1 \
       --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats --section LaunchStats \
       --section Occupancy --section InstructionStats --section SourceCounters --import-source no \
-      -f -o "$out/r_$tag" python3 -m "${MODULE:-dsa_ops.devtools.ncu_radix}" $s > "$out/log_$tag.txt" 2>&1
+      -f -o "$out/r_$tag" python3 -m "${MODULE:-lab.ncu_radix}" $s > "$out/log_$tag.txt" 2>&1
   ncu --import "$out/r_$tag.ncu-rep" --print-units base >> "$out/log_$tag.txt" 2>&1
   ncu --import "$out/r_$tag.ncu-rep" --page source --csv --print-source sass > "$out/sass_$tag.csv" 2>&1
   rm -f "$out/r_$tag.ncu-rep"

@@ -1,6 +1,6 @@
-"""Stall samples of a radix kernel profile by loop: ``python -m dsa_ops.devtools.ncu_stalls SASS.csv [LO HI]``.
+"""Stall samples of a radix kernel profile by loop: ``python -m lab.ncu_stalls SASS.csv [LO HI]``.
 
-SASS.csv is the per-instruction source page that ``dsa_ops/devtools/ncu_radix.sh`` exports (``ncu --page
+SASS.csv is the per-instruction source page that ``lab/ncu_radix.sh`` exports (``ncu --page
 source --csv --print-source sass``). Each loop (a backward branch) holding at least 1 % of
 the warp stall samples is listed with its share and its top stall reasons, then the kernel's
 overall reasons; with LO HI (hex addresses) also every instruction in that range with its
@@ -9,7 +9,7 @@ samples and its main reason.
 
 from __future__ import annotations
 
-from dsa_ops.devtools import help_requested
+from lab import help_requested
 
 help_requested(__doc__)
 

@@ -1,6 +1,6 @@
 """Compile the radix kernel for sm_90 without a GPU and report what ptxas made of it.
 
-    python -m dsa_ops.devtools.offline_sass [--mode row|split] [--num-warps N] [--maxnreg N]
+    python -m lab.offline_sass [--mode row|split] [--num-warps N] [--maxnreg N]
                                  [--sass FILE] [NAME=INT ...]
 
 Device time is scarce, so check a kernel change here before measuring it. The report
@@ -11,7 +11,7 @@ its SASS instruction count a block and its local-memory loads and stores.
 The Triton found first on ``sys.path`` does the compile. To see what the device's Triton
 does, install that version aside and put it first, for example
 ``pip install --no-deps --target /tmp/t36 triton==3.6.0`` and then
-``PYTHONPATH=/tmp/t36:. python -m dsa_ops.devtools.offline_sass``. Codegen differs between versions:
+``PYTHONPATH=/tmp/t36:. python -m lab.offline_sass``. Codegen differs between versions:
 in run 28, Triton 3.9 kept a tiled read in registers, and 3.6 did not.
 
 Defaults are a shipped launch: row mode is 4 warps, 1024-key blocks, samp 512, lane

@@ -1,6 +1,6 @@
 """Device probe for the triton backend's kernels: check against the reference, then time
 variants (graph replay, L2 flushed, median of 30). Writes JSON to argv[1]:
-``python -m dsa_ops.devtools.probe_radix OUT.json [SECTIONS]``.
+``python -m lab.probe_radix OUT.json [SECTIONS]``.
 
 Sections (argv[2], comma list): smoke, check, paths, phases, decode, sweep, prefill, prefill_var,
 stable, occupancy, rowknobs, readabl, wagg, waggrow, rowphase, warps2, lanes, lanesrule, addr, lanestep, lanestep2, lanestep3, warm, splitlanes, finisher, splitslots, warps2lanes. ``paths``
@@ -9,7 +9,7 @@ records which way the bracket went per row (kernel stats) on several data distri
 
 from __future__ import annotations
 
-from dsa_ops.devtools import help_requested
+from lab import help_requested
 
 help_requested(__doc__)
 

@@ -1,7 +1,7 @@
 """How fast can one program a row read a prefill chunk's rows? (GPU; CUDA.)
 
-    python -m dsa_ops.devtools.read_probe OUT.json [C ...]
-    TRITON_INTERPRET=1 python -m dsa_ops.devtools.read_probe --selfcheck     (CPU: the kernels on small rows)
+    python -m lab.read_probe OUT.json [C ...]
+    TRITON_INTERPRET=1 python -m lab.read_probe --selfcheck     (CPU: the kernels on small rows)
 
 The radix kernel's wide-chunk read (``kernels_bracket._lane_pass``) waits on its loads
 (runs 40-41: long scoreboard, DRAM 44 %). This probe isolates the read: persistent
@@ -25,7 +25,7 @@ Prints ms and the device-wide read rate, and writes them as JSON.
 
 from __future__ import annotations
 
-from dsa_ops.devtools import help_requested
+from lab import help_requested
 
 help_requested(__doc__)
 

@@ -2,7 +2,7 @@
 record, per backend and case, whether the result meets the contract.
 
 This is what decides each vLLM backend's ``exact`` flag (docs/vllm-kernels.md). Needs a
-CUDA GPU and the ops (``dsa_ops.devtools.build_vllm_topk``). Cases:
+CUDA GPU and the ops (``dsa_ops.tools.build_vllm_topk``). Cases:
 
 * value kinds: ``equal`` (every row constant), ``few`` (4 distinct values), ``fp16``
   (randn rounded to the fp16 grid: long runs of equal values around any cut), ``randn``,
@@ -11,7 +11,7 @@ CUDA GPU and the ops (``dsa_ops.devtools.build_vllm_topk``). Cases:
   133120 and 1M, lengths with negative and past-W entries mixed in;
 * CUDA-graph replay: captured once per (backend, rows, W), replayed with new lengths.
 
-    python -m dsa_ops.devtools.vllm_real_check --out ties.json
+    python -m lab.vllm_real_check --out ties.json
 """
 
 from __future__ import annotations
@@ -150,7 +150,7 @@ def summary(records: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m dsa_ops.devtools.vllm_real_check", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m lab.vllm_real_check", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", default="vllm-real-check.json", help="raw JSON of every case")
     p.add_argument("--backends", default=",".join(BACKENDS))

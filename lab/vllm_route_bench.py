@@ -1,6 +1,6 @@
 """Host cost per call of the eager route (``passes.vllm_route``) against vLLM's stock call.
 
-Run in the vLLM venv: ``python -m dsa_ops.devtools.vllm_route_bench [--iters N]``, on CPU; it
+Run in the vLLM venv: ``python -m lab.vllm_route_bench [--iters N]``, on CPU; it
 measures host work, not kernels: every top-k kernel is a no-op here (vLLM's
 ``torch.ops._C.top_k_per_row_*`` are defined as no-ops when vLLM's CUDA build is absent,
 and dsa-ops calls a test-only no-op backend), so what is left is Python, dispatch and

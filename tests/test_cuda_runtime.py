@@ -222,6 +222,6 @@ def test_program_cubin_is_cached_on_disk(monkeypatch, tmp_path):
 
 @needs_nvrtc
 def test_floor_kernels_compile_and_reference_holds():
-    from dsa_ops.devtools import cuda_floors
+    cuda_floors = pytest.importorskip("lab.cuda_floors", reason="lab/ is in a checkout, not in the wheel")
 
     cuda_floors.selfcheck()

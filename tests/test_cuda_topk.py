@@ -748,7 +748,7 @@ def test_writers_pass_the_mode_to_the_kernel(monkeypatch, stable):
 def test_variants_tool_passes_unordered_checks_and_fails_on_a_fail():
     """CPU: the devtool's exit status (run 16 exited 1 with every check passing: the
     unordered variants' "ok (any order)" was not counted as a pass)."""
-    from dsa_ops.devtools.cuda_topk_variants import all_ok
+    all_ok = pytest.importorskip("lab.cuda_topk_variants", reason="lab/ is in a checkout, not in the wheel").all_ok
 
     assert all_ok([{"check": "ok"}, {"check": "ok (any order)"}, {"check": "differs (not exact)"}])
     assert not all_ok([{"check": "ok"}, {"check": "FAIL rows differ"}])

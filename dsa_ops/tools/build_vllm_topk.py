@@ -9,13 +9,13 @@ backends' probe (``import vllm._C_stable_libtorch``) finds them under ``torch.op
 docs/vllm-kernels.md is the walk-through. Two steps::
 
     # anywhere with the source release (no GPU needed): copy the few files the ops need
-    python -m dsa_ops.devtools.build_vllm_topk extract --sdist vllm-0.33.0.tar.gz --dest vllm-topk-src
+    python -m dsa_ops.tools.build_vllm_topk extract --sdist vllm-0.33.0.tar.gz --dest vllm-topk-src
     # on the CUDA machine (nvcc, ninja, torch with CUDA):
-    python -m dsa_ops.devtools.build_vllm_topk build --src vllm-topk-src --dest vllm-topk
+    python -m dsa_ops.tools.build_vllm_topk build --src vllm-topk-src --dest vllm-topk
     PYTHONPATH=vllm-topk python -c "import dsa_ops; print(dsa_ops.backends()['vllm_cooperative'].availability())"
 
 The C++ glue (op registration, module entry point, two stable-ABI shims that torch 2.11
-lacks) is :mod:`dsa_ops.devtools.vllm_topk_glue`; the vLLM files are compiled as shipped.
+lacks) is :mod:`dsa_ops.tools.vllm_topk_glue`; the vLLM files are compiled as shipped.
 """
 
 from __future__ import annotations
@@ -102,7 +102,7 @@ def extract(sdist: Path, dest: Path) -> list[str]:
 
 def write_glue(folder: Path) -> list[Path]:
     """Write the glue sources into ``folder``; returns (compat header, shims, registration)."""
-    from dsa_ops.devtools import vllm_topk_glue as glue
+    from dsa_ops.tools import vllm_topk_glue as glue
 
     folder.mkdir(parents=True, exist_ok=True)
     out = []
@@ -153,10 +153,11 @@ def install(lib: Path, dest: Path) -> Path:
     pkg = dest / "vllm"
     pkg.mkdir(parents=True, exist_ok=True)
     init = pkg / "__init__.py"
-    if init.exists() and "dsa_ops.devtools.build_vllm_topk" not in init.read_text():
+    ours = ("dsa_ops.tools.build_vllm_topk", "dsa_ops.devtools.build_vllm_topk")  # the tool's old home too
+    if init.exists() and not any(m in init.read_text() for m in ours):
         raise ValueError(f"dest: {pkg} holds another vllm package; choose an empty --dest")
     init.write_text(
-        '"""vLLM 0.33.0\'s indexer top-k ops only, built by dsa_ops.devtools.build_vllm_topk.\n\n'
+        '"""vLLM 0.33.0\'s indexer top-k ops only, built by dsa_ops.tools.build_vllm_topk.\n\n'
         "Not vLLM: only vllm._C_stable_libtorch exists here. Remove this folder from\n"
         'PYTHONPATH before installing the real vLLM."""\n\n'
         f'__version__ = "{VLLM_VERSION}+topk-only"\n'
@@ -181,7 +182,7 @@ def check(dest: Path) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m dsa_ops.devtools.build_vllm_topk", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m dsa_ops.tools.build_vllm_topk", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="step", required=True)
     e = sub.add_parser("extract", help="copy the csrc files the four ops need out of vLLM's source release")

@@ -1,4 +1,4 @@
-"""C++ glue that :mod:`dsa_ops.devtools.build_vllm_topk` compiles next to vLLM's unchanged
+"""C++ glue that :mod:`dsa_ops.tools.build_vllm_topk` compiles next to vLLM's unchanged
 top-k sources. Written for dsa-ops; it holds no vLLM code, only:
 
 * ``COMPAT_H``: declarations of the two stable-ABI shim functions that vLLM 0.33.0's
@@ -90,7 +90,7 @@ STABLE_TORCH_LIBRARY_IMPL(_C, CUDA, m) {
 
 static PyModuleDef dsa_ops_vllm_topk_module = {
     PyModuleDef_HEAD_INIT, "_C_stable_libtorch",
-    "vLLM 0.33.0's indexer top-k ops, built by dsa_ops.devtools.build_vllm_topk",
+    "vLLM 0.33.0's indexer top-k ops, built by dsa_ops.tools.build_vllm_topk",
     -1, nullptr};
 
 extern "C" __attribute__((visibility("default"))) PyObject* PyInit__C_stable_libtorch() {
