@@ -1,7 +1,7 @@
 """Backends ``vllm_persistent`` / ``vllm_cooperative``: vLLM's CUDA radix top-k kernels.
 
 Both wrap an op that vLLM 0.33.0 registers from ``_C_stable_libtorch`` (CUDA builds only;
-on ROCm the ops exist but raise), with one schema (docs/vllm-integration-notes.md §5)::
+on ROCm the ops exist but raise), with one schema (lab/notes/vllm-integration-notes.md §5)::
 
     persistent_topk(Tensor logits, Tensor lengths, Tensor! output, Tensor workspace,
                     int k, int max_seq_len) -> ()
