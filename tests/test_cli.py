@@ -151,3 +151,19 @@ def test_bench_side_by_side_counts_targets_from_the_runs_own_timings():
     assert "- cuda: decode target held at 1 of 3 shapes; prefill at 1 of 2 chunks." in text
     assert "vllm_cooperative us (/ peer)" not in text and "reference us" not in text  # peers and reference: no column
     assert _side_by_side([r for r in records if r["backend"] == "cuda"], names) == ""
+
+
+def test_help_and_bench_notes_name_no_issue_numbers(capsys):
+    """What a user reads (every command's --help, the notes bench writes into bench.md) says
+    what the targets are rather than citing the tracker ("the issue-23 targets")."""
+    import re
+
+    from dsa_ops.commands import bench
+
+    ref = re.compile(r"\bissues?[- ]?#?\d+|\bthe issue'?s?\b", re.I)
+    texts = {"bench.SIDES_NOTE": bench.SIDES_NOTE}
+    for name in cli.COMMANDS:
+        with pytest.raises(SystemExit):
+            cli.main([name, "--help"])
+        texts[f"{name} --help"] = capsys.readouterr().out
+    assert {k: ref.findall(v) for k, v in texts.items() if ref.search(v)} == {}
