@@ -120,10 +120,14 @@ class Policy:
     meta: dict = field(default_factory=dict, compare=False, hash=False)  # provenance, measurements
 
     def choose(self, family: str, facts: Facts, long: Optional[bool] = None) -> Choice:
-        """First matching rule whose backend can serve; ``reference`` if none can."""
+        """First matching rule whose backend can serve; ``reference`` if none can.
+
+        Reasons number the rules from 1, as docs/policy.md's table does (rule i is entry
+        i - 1 of the family's JSON list).
+        """
         skipped = []
         rules = self.decode if family == "decode" else self.prefill
-        for i, rule in enumerate(rules):
+        for i, rule in enumerate(rules, 1):
             if not rule.matches(facts, long):
                 if facts.width is None and rule.matches_but_band(facts, long):
                     lo, hi = facts.width_bounds
