@@ -123,6 +123,39 @@ def test_snippet_runs(snip, tmp_path, monkeypatch):
     _namespaces[snip.page] = ns
 
 
+PRINTS_REWRITES = re.compile(r"^print\((\w+)\.rewrites\)", re.M)
+REWRITE_PRINTERS = [s for s in ALL if PRINTS_REWRITES.search(s.code) and not (s.skip or s.needs)]
+
+
+def _chain(snip: Snippet) -> list[Snippet]:
+    """The blocks that run for ``snip``: back to its page's last block that does not continue."""
+    page = [s for s in ALL if s.page == snip.page]
+    i = j = page.index(snip)
+    while page[j].continues:
+        j -= 1
+    return page[j:i + 1]
+
+
+def test_the_rewrite_printers_are_found():
+    assert {s.page.name for s in REWRITE_PRINTERS} >= {"README.md", "policy.md"}
+
+
+@pytest.mark.parametrize("snip", REWRITE_PRINTERS, ids=[s.id for s in REWRITE_PRINTERS])
+def test_snippet_prints_rewrites_every_time(snip, tmp_path, monkeypatch, capsys):
+    """A snippet that prints a pass's rewrites prints some on every run: run twice in one
+    process (the second as a re-run of the program: dynamo reset, Inductor's FX graph cache
+    kept), a cache hit would skip the pass and print ``[]``."""
+    monkeypatch.chdir(tmp_path)
+    name = PRINTS_REWRITES.search(snip.code).group(1)
+    for run in (1, 2):
+        torch._dynamo.reset()
+        ns = {"__name__": "__snippet__"}
+        for s in _chain(snip):
+            exec(compile(s.code, s.id, "exec"), ns)  # noqa: S102 - the docs' own code
+        out = capsys.readouterr().out
+        assert ns[name].rewrites and "Rewrite(" in out, f"run {run} of {snip.id} printed {out!r}"
+
+
 def test_ci_runs_the_readme_commands():
     """The README says CI runs exactly its set-up commands: each command of its first
     ```bash block after the install (``dsa-ops demo``, the pytest line) is a line of .ci/run."""
