@@ -167,3 +167,13 @@ def test_ci_runs_the_readme_commands():
     assert "dsa-ops demo" in wanted and any(c.startswith("python -m pytest") for c in wanted), commands
     ci = [line.strip() for line in (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()]
     assert [c for c in wanted if c not in ci] == []
+
+
+def test_vllm_doc_says_how_ci_runs_the_vllm_tests():
+    """docs/vllm.md's commands for the vLLM tests are .ci/vllm-tests's: the `test` extra
+    (the `vllm` extra brings no pytest) and pytest on tests/vllm with DSA_OPS_REQUIRE_VLLM=1."""
+    doc = (ROOT / "docs" / "vllm.md").read_text(encoding="utf-8")
+    ci = (ROOT / ".ci" / "vllm-tests").read_text(encoding="utf-8")
+    assert 'pip install -e ".[vllm,test]"' in doc and 'pip install -q -e ".[test]"' in ci
+    run = "DSA_OPS_REQUIRE_VLLM=1 python -m pytest tests/vllm -q -rs"
+    assert run in doc and run in ci
