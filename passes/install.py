@@ -73,7 +73,8 @@ def inductor_options(policy: policy_mod.PolicyArg = None, existing: Any = None,
 def install(policy: policy_mod.PolicyArg = None) -> Iterator[IndexerTopKPass]:
     """Scoped install into ``torch._inductor.config`` (composed with what is there).
 
-    Yields the pass, whose ``rewrites`` list what it did. The previous value is restored
+    ``policy`` is what :class:`IndexerTopKPass` takes (a Policy, a JSON path or None),
+    checked on entry. Yields the pass, whose ``rewrites`` list what it did. The previous value is restored
     on exit. Compilation happens at the first call, and Inductor reads its config at each
     compile: a graph compiled after the block (a recompile on a new shape, say) runs
     without the pass. It still computes the right answer (the generic op's kernel is the
