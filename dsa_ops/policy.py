@@ -308,8 +308,9 @@ def resolve(policy: PolicyArg, argument: str = "policy", *, none_ok: bool = True
             raise ArgumentError(f"{argument}: policy file {path!r} {why}{where}")
         return load(path)
     expected = "a dsa_ops.policy.Policy, a path to a policy JSON file (str or os.PathLike)"
+    shown = repr(policy) if len(repr(policy)) <= 80 else repr(policy)[:77] + "..."
     raise ArgumentError(f"{argument}: expected {expected}{' or None' if none_ok else ''}, "
-                        f"got {type(policy).__name__} {policy!r}")
+                        f"got {type(policy).__name__} {shown}")
 
 
 class use:
