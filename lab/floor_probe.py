@@ -1,5 +1,5 @@
 """Device probe: what the steps of any Triton decode top-k cost on their own (the floors
-under the issue's <= 10 us target for rows <= 16 at 128K).
+under the <= 10 us target for rows <= 16 at 128K).
 
 Each microkernel does one step of the chain that an exact top-k of one row needs, on
 fresh random data, and its result is checked against torch before it is timed (graph
