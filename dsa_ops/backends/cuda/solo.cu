@@ -25,19 +25,10 @@
 #ifndef SAMPLE_LONG
 #define SAMPLE_LONG 262144  // rows longer than this take twice as many sample keys (past twice this: four times)
 #endif
-#ifndef SAMPLE_WIDE
-#define SAMPLE_WIDE 1  // 0: no fourfold sample past 2 x SAMPLE_LONG (run 23's kernel, for A/B runs)
-#endif
 #ifndef SIGMAS
 #define SIGMAS 3  // the bound's margin, in standard deviations of the sample count
 #endif
-#ifndef EMITV
-#define EMITV 1  // the emission's counting loop by 16-byte loads (0: one word a load; docs/benchmarks/cuda-variants.md run 14)
-#endif
 #define TAKE_ALL 0xFFFFFFFFu
-#ifndef SAMPLE_FIRST
-#define SAMPLE_FIRST 1  // split.cu: the slice's bulk copies start once the sample's loads are issued (0: the stage before the sample, the ring after it: run 26's kernel)
-#endif
 #ifndef SAMPLE_FIRST_CTAS
 #define SAMPLE_FIRST_CTAS 16  // split.cu: ... in clusters of fewer CTAs than this (run 30: one row's 16 CTAs lost 0.5-1 us)
 #endif
@@ -156,7 +147,7 @@ __device__ __forceinline__ u32 sample_tau_of(const float* __restrict__ x, int L,
     if (want >= (u32)S) issued();
     if (want < (u32)S) {
         u32 sk[SK];
-        if (SAMPLE_FIRST && ISSUE) {  // all loads issued first, then issued(), then their counts
+        if (ISSUE) {  // all loads issued first, then issued(), then their counts
             float sv[SK];
 #pragma unroll
             for (int u = 0; u < SK; ++u) {
@@ -173,7 +164,7 @@ __device__ __forceinline__ u32 sample_tau_of(const float* __restrict__ x, int L,
                     atomicAdd(h2 + (sk[u] >> 21), 1u);
                 }
             }
-        } else {  // run 26's loop (topk_solo's, and split.cu's with SAMPLE_FIRST=0)
+        } else {  // each load's count as it arrives (topk_solo)
 #pragma unroll
             for (int u = 0; u < SK; ++u) {
                 const i64 j = (i64)threadIdx.x + u * NT;
@@ -208,7 +199,7 @@ __device__ __forceinline__ u32 sample_tau_of(const float* __restrict__ x, int L,
 template <bool ISSUE = false, class F = NoOp>
 __device__ __forceinline__ u32 sample_tau(const float* __restrict__ x, int L, int k, u32* h2, Scalars& sc,
                                           F&& issued = NoOp()) {
-    if (SAMPLE_WIDE && L > 2 * SAMPLE_LONG)
+    if (L > 2 * SAMPLE_LONG)
         return sample_tau_of<4 * SAMPLE / NT, ISSUE>(x, L, 4 * SAMPLE, k, h2, sc, issued);
     return sample_tau_of<2 * SAMPLE / NT, ISSUE>(x, L, L > SAMPLE_LONG ? 2 * SAMPLE : SAMPLE, k, h2, sc, issued);
 }
@@ -229,7 +220,7 @@ __device__ __forceinline__ void emit_units(const u32* blt, const u32* beq, int n
     const int a = min((int)threadIdx.x * per, nu), b = min(a + per, nu);
     u32 nl = 0, ne = 0;
     int u0 = a;
-    if (EMITV && U == 32 && (a & 3) == 0) {  // 16-byte loads: 2-way bank conflicts, not 8-way, at 8 words a thread
+    if (U == 32 && (a & 3) == 0) {  // 16-byte loads: 2-way bank conflicts, not 8-way, at 8 words a thread
         for (; u0 + 4 <= b; u0 += 4) {
             const uint4 l = *reinterpret_cast<const uint4*>(blt + u0), e = *reinterpret_cast<const uint4*>(beq + u0);
             nl += __popc(l.x) + __popc(l.y) + __popc(l.z) + __popc(l.w);

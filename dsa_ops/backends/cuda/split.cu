@@ -24,11 +24,7 @@
 
 // Ask L2 for the 128-byte lines that this thread's first batch of visit_row(x, lo, hi) loads
 // will read, so that they arrive while the sample is being read and chosen.
-#ifndef PREFETCH
-#define PREFETCH 1
-#endif
 __device__ __forceinline__ void prefetch_first(const float* __restrict__ x, int lo, int hi) {
-    if (!PREFETCH) return;
     if ((reinterpret_cast<unsigned long long>(x + lo) & 15) != 0) return;
     const int nf = (hi - lo) >> 2;
 #pragma unroll
@@ -43,9 +39,6 @@ __device__ __forceinline__ void prefetch_first(const float* __restrict__ x, int 
 #endif
 #ifndef KEEP_D
 #define KEEP_D 4  // keep_slice, batched: 16-byte loads a thread in a batch
-#endif
-#ifndef KEEP_PF
-#define KEEP_PF 1  // keep_slice, batched: batches ahead whose lines are asked of L2 (0: none)
 #endif
 
 // Ask L2 for the 128-byte lines of batch b (KEEP_D 16-byte chunks a thread) of keep_slice's
@@ -85,7 +78,6 @@ __device__ __forceinline__ void keep_slice(const float* __restrict__ x, int lo, 
     const float4* p = reinterpret_cast<const float4*>(x + lo);
     const int nf = n >> 2;
     const u32 lane = threadIdx.x & 31;
-    for (int b = 1; b < KEEP_PF; ++b) prefetch_batch(p, nf, b);  // batch 0 is loaded at once
     for (int base = 0; base < nf; base += NT * KEEP_D) {  // the same trip count in every thread
         float4 v[KEEP_D];
 #pragma unroll
@@ -93,7 +85,7 @@ __device__ __forceinline__ void keep_slice(const float* __restrict__ x, int lo, 
             const int j = base + u * NT + (int)threadIdx.x;
             v[u] = j < nf ? __ldg(p + j) : make_float4(0.f, 0.f, 0.f, 0.f);
         }
-        if (KEEP_PF) prefetch_batch(p, nf, base / (NT * KEEP_D) + KEEP_PF);
+        prefetch_batch(p, nf, base / (NT * KEEP_D) + 1);  // the next batch's lines
         uint4 q[KEEP_D];
         u32 m[KEEP_D], c = 0;
 #pragma unroll
@@ -269,7 +261,7 @@ extern "C" __global__ void __launch_bounds__(NT, 2) topk_split(
     __shared__ int stage_n;  // read back after the sample (not held in registers through it): the
     __shared__ int ring_n;   // staged chunks, or the ring's slots (0: not streamed)
     const u32 st = (u32)__cvta_generic_to_shared(bkey + buf);
-    const bool sf = SAMPLE_FIRST && C < SAMPLE_FIRST_CTAS;  // the copies start behind the sample's loads
+    const bool sf = C < SAMPLE_FIRST_CTAS;  // the copies start behind the sample's loads
     {  // 16-byte chunks of the slice staged in the `stage` words after the buffer, or streamed
        // through them as a ring (slices of RING_MIN keys or more, when two slots fit); else
        // slices of KEEPB_MIN keys or more are read in batches; unaligned rows are not staged

@@ -42,25 +42,14 @@ __device__ __forceinline__ u32 cluster_rank() {
     return r;
 }
 
-#ifndef FENCE
-#define FENCE 1
-#endif
-
-// Arrive at the cluster barrier, releasing this CTA's shared-memory writes to the cluster.
-// FENCE 0: barrier.cluster.arrive.release (ptxas emits a GPU-scope MEMBAR); 1: a CTA
-// barrier, then one thread's cluster-scope fence (cumulative over what the CTA barrier
-// ordered before it) and a relaxed arrive; 2: every thread fences at cluster scope.
+// Arrive at the cluster barrier, releasing this CTA's shared-memory writes to the cluster: a
+// CTA barrier, then one thread's cluster-scope fence (cumulative over what the CTA barrier
+// ordered before it) and a relaxed arrive (barrier.cluster.arrive.release instead makes
+// ptxas emit a GPU-scope MEMBAR).
 __device__ __forceinline__ void cluster_arrive() {
-#if FENCE == 0
-    asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
-#elif FENCE == 1
     __syncthreads();
     if (threadIdx.x == 0) asm volatile("fence.acq_rel.cluster;" ::: "memory");
     asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
-#else
-    asm volatile("fence.acq_rel.cluster;" ::: "memory");
-    asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
-#endif
 }
 
 __device__ __forceinline__ void cluster_wait() {
