@@ -19,19 +19,11 @@
 //   more (emit_any); no bitmaps, no ordered scan (the plans of stable=False have no bitmaps:
 //   the sample-missed fallback emits while it reads the row once more, emit_any_row).
 
-#ifndef SAMPLE
-#define SAMPLE 1024  // sample keys (a multiple of NT)
-#endif
-#ifndef SAMPLE_LONG
-#define SAMPLE_LONG 262144  // rows longer than this take twice as many sample keys (past twice this: four times)
-#endif
-#ifndef SIGMAS
-#define SIGMAS 3  // the bound's margin, in standard deviations of the sample count
-#endif
-#define TAKE_ALL 0xFFFFFFFFu
-#ifndef SAMPLE_FIRST_CTAS
-#define SAMPLE_FIRST_CTAS 16  // split.cu: ... in clusters of fewer CTAs than this (run 30: one row's 16 CTAs lost 0.5-1 us)
-#endif
+enum : int { SAMPLE = 1024 };  // sample keys (a multiple of NT)
+enum : int { SAMPLE_LONG = 262144 };  // rows longer than this take twice as many sample keys (past twice this: four times)
+enum : int { SIGMAS = 3 };  // the bound's margin, in standard deviations of the sample count
+enum : u32 { TAKE_ALL = 0xFFFFFFFFu };
+enum : int { SAMPLE_FIRST_CTAS = 16 };  // split.cu: ... in clusters of fewer CTAs than this (run 30: one row's 16 CTAs lost 0.5-1 us)
 
 // Zero the four bins [4t, 4t + 4) this thread read in choose_bin_a2a (no other thread reads them).
 __device__ __forceinline__ void clear_own(u32* h) {

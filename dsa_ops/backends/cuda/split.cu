@@ -34,12 +34,8 @@ __device__ __forceinline__ void prefetch_first(const float* __restrict__ x, int 
     }
 }
 
-#ifndef KEEPB_MIN
-#define KEEPB_MIN 49152  // keep_slice batches slices of at least this many keys (run 17; topk.py reads it)
-#endif
-#ifndef KEEP_D
-#define KEEP_D 4  // keep_slice, batched: 16-byte loads a thread in a batch
-#endif
+enum : int { KEEPB_MIN = 49152 };  // keep_slice batches slices of at least this many keys (run 17; topk.py reads it)
+enum : int { KEEP_D = 4 };  // keep_slice, batched: 16-byte loads a thread in a batch
 
 // Ask L2 for the 128-byte lines of batch b (KEEP_D 16-byte chunks a thread) of keep_slice's
 // nf chunks at p.
@@ -123,14 +119,10 @@ __device__ __forceinline__ void keep_slice(const float* __restrict__ x, int lo, 
     }
 }
 
-#define STAGE_CHUNK 32768u  // bytes a bulk copy instruction moves
-#ifndef RING_SLOT
-#define RING_SLOT 8192  // keep_ring: words (keys) a slot of the ring (32 KB: runs 22a-c)
-#endif
-#ifndef RING_MIN
-#define RING_MIN 49152  // slices of this many keys or more stream through the ring (topk.py reads it)
-#endif
-#define RING_MAX 8  // mbarriers, so slots at most
+enum : u32 { STAGE_CHUNK = 32768u };  // bytes a bulk copy instruction moves
+enum : int { RING_SLOT = 8192 };  // keep_ring: words (keys) a slot of the ring (32 KB: runs 22a-c)
+enum : int { RING_MIN = 49152 };  // slices of this many keys or more stream through the ring (topk.py reads it)
+enum : int { RING_MAX = 8 };  // mbarriers, so slots at most
 
 // Thread 0: initialise the mbarrier at shared address b for one arrival a phase.
 __device__ __forceinline__ void bar_init(u32 b) {

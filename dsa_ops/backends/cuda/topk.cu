@@ -18,13 +18,13 @@
 //
 // No headers: NVRTC compiles this as is; clusters are inline PTX.
 
-#define NT 512                 // threads a CTA
-#define NWARP (NT / 32)
-#define BINS 2048              // 11-bit digits (the last pass uses 1024 of them)
-#define E 8                    // keys a lane holds in an emission tile
-#define TILE (NT * E)
-#define U4 4                   // float4 loads in flight a thread in a counting pass
-#define U1 16                  // scalar loads in flight a thread (unaligned rows)
+// Constants are enumerators: NVRTC emits a namespace-scope constexpr variable as a device
+// global (never read, but in the cubin).
+enum : int { NT = 512 };           // threads a CTA
+enum : int { NWARP = NT / 32 };
+enum : int { BINS = 2048 };        // 11-bit digits (the last pass uses 1024 of them)
+enum : int { U4 = 4 };             // float4 loads in flight a thread in a counting pass
+enum : int { U1 = 16 };            // scalar loads in flight a thread (unaligned rows)
 
 
 typedef unsigned int u32;
@@ -67,9 +67,7 @@ __device__ __forceinline__ void row_sync(int C) {
     else cluster_sync();
 }
 
-#ifndef A2A_MAX
-#define A2A_MAX 4  // clusters up to this size sum every histogram in every CTA (one barrier a pass)
-#endif
+enum : int { A2A_MAX = 4 };  // clusters up to this size sum every histogram in every CTA (one barrier a pass)
 
 // Phase clock of CTA blockIdx.x, for dsa_ops/devtools/cuda_topk_variants.py (dbg is null
 // in the backend's launches): the SM's clock64, or with STAMP_NS=1 the global nanosecond

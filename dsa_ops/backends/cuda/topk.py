@@ -263,20 +263,20 @@ def _source() -> str:
 _PROGRAM = Program("dsa_ops_topk", _source())
 
 
-def _define(name: str) -> int:
-    """The default of a ``#define NAME <int>`` of the program (one value for host and kernel)."""
-    m = re.search(rf"^#define {name} (\d+)", _PROGRAM.source, re.MULTILINE)
+def _constant(name: str) -> int:
+    """The value of an ``enum : int { NAME = <int> };`` of the program (one value for host and kernel)."""
+    m = re.search(rf"^enum : int {{ {name} = (\d+) }};", _PROGRAM.source, re.MULTILINE)
     if m is None:
         raise RuntimeError(f"topk.py: the kernel source defines no {name}")
     return int(m.group(1))
 
 
-SAMPLE = _define("SAMPLE")  # solo.cu: keys in a row's sample (rows of L <= SAMPLE_LONG)
-SAMPLE_LONG = _define("SAMPLE_LONG")  # solo.cu: rows longer than this take twice the sample, past twice this four times
+SAMPLE = _constant("SAMPLE")  # solo.cu: keys in a row's sample (rows of L <= SAMPLE_LONG)
+SAMPLE_LONG = _constant("SAMPLE_LONG")  # solo.cu: rows longer than this take twice the sample, past twice this four times
 PAIR_WIDTH = 4 * SAMPLE_LONG  # the widest rows of the 9-16-row plan (PAIR_ROWS): L = 1M keeps ~5K keys
-KEEPB_MIN = _define("KEEPB_MIN")  # split.cu: keep_slice reads slices of this many keys or more in batches
-RING_MIN = _define("RING_MIN")  # split.cu: slices of this many keys or more stream through the stage as a ring
-RING_SLOT = _define("RING_SLOT")  # split.cu: words a slot of that ring (two slots at least, else no ring)
+KEEPB_MIN = _constant("KEEPB_MIN")  # split.cu: keep_slice reads slices of this many keys or more in batches
+RING_MIN = _constant("RING_MIN")  # split.cu: slices of this many keys or more stream through the stage as a ring
+RING_SLOT = _constant("RING_SLOT")  # split.cu: words a slot of that ring (two slots at least, else no ring)
 
 
 def sample_keys(length: int) -> int:
