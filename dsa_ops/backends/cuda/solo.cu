@@ -23,7 +23,9 @@ enum : int { SAMPLE = 1024 };  // sample keys (a multiple of NT)
 enum : int { SAMPLE_LONG = 262144 };  // rows longer than this take twice as many sample keys (past twice this: four times)
 enum : int { SIGMAS = 3 };  // the bound's margin, in standard deviations of the sample count
 enum : u32 { TAKE_ALL = 0xFFFFFFFFu };
-enum : int { SAMPLE_FIRST_CTAS = 16 };  // split.cu: ... in clusters of fewer CTAs than this (run 30: one row's 16 CTAs lost 0.5-1 us)
+// split.cu: the slice's bulk copies start behind the sample's loads only in clusters of fewer
+// CTAs than this (a row's 16 CTAs have short slices, and ran slower with that order).
+enum : int { SAMPLE_FIRST_CTAS = 16 };
 
 // Zero the four bins [4t, 4t + 4) this thread read in choose_bin_a2a (no other thread reads them).
 __device__ __forceinline__ void clear_own(u32* h) {
@@ -185,9 +187,9 @@ __device__ __forceinline__ u32 sample_tau_of(const float* __restrict__ x, int L,
     return tau;
 }
 
-// The fourfold sample is a separate instantiation, so that rows of L <= 2 x SAMPLE_LONG run
-// the loop of two keys a thread (run 25, H100: one loop of four keys a thread for every row
-// cost 0..0.7 us at 12 / 16 rows x 32K / 128K).
+// The fourfold sample is a separate instantiation, so that rows of L <= 2 x SAMPLE_LONG keep
+// the loop of two keys a thread (one loop of four keys a thread for every row made the
+// shorter rows slower).
 template <bool ISSUE = false, class F = NoOp>
 __device__ __forceinline__ u32 sample_tau(const float* __restrict__ x, int L, int k, u32* h2, Scalars& sc,
                                           F&& issued = NoOp()) {

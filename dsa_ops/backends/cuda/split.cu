@@ -8,10 +8,10 @@
 //   keeps its keys <= tau with their columns in its own shared memory. With `stage` words
 //   (unordered plans up to W = SAMPLE_LONG), thread 0 first hands the slice (its first
 //   4 * (stage / 4) keys) to the bulk copy engine, which lands it in shared memory while the
-//   sample is read and chosen; the keep then reads shared memory (cuda-variants.md run 19).
+//   sample is read and chosen; the keep then reads shared memory.
 //   A slice of RING_MIN keys or more streams through those words instead, as a ring of
 //   RING_SLOT-word slots that the bulk copy engine refills while the CTA keeps from the
-//   others (keep_ring; run 22).
+//   others (keep_ring).
 // - Each CTA reserves room in the leader's (CTA 0's) buffer with one cluster-scope atomic on
 //   the leader's count and copies its kept keys there (the leader keeps its own slice's keys
 //   straight into that buffer, through the same count).
@@ -34,7 +34,7 @@ __device__ __forceinline__ void prefetch_first(const float* __restrict__ x, int 
     }
 }
 
-enum : int { KEEPB_MIN = 49152 };  // keep_slice batches slices of at least this many keys (run 17; topk.py reads it)
+enum : int { KEEPB_MIN = 49152 };  // keep_slice batches slices of at least this many keys (topk.py reads it)
 enum : int { KEEP_D = 4 };  // keep_slice, batched: 16-byte loads a thread in a batch
 
 // Ask L2 for the 128-byte lines of batch b (KEEP_D 16-byte chunks a thread) of keep_slice's
@@ -53,12 +53,10 @@ __device__ __forceinline__ void prefetch_batch(const float4* p, int nf, int b) {
 // - Slices of KEEPB_MIN keys or more (16-byte aligned) are read in batches: a thread loads
 //   KEEP_D 16-byte chunks, asks L2 for the next batch's lines, and one warp scan and one
 //   shared atomic a warp reserve the whole batch's slots (fewer instructions a key: the
-//   read of a long slice by many CTAs is bandwidth-bound): 64 x 128K (two CTAs a row, 64K
-//   keys each) 39.8 against 40.8 us.
+//   read of a long slice by many CTAs is bandwidth-bound).
 // - Shorter slices take keep4 a chunk through visit_row, which looks at each chunk as soon
-//   as it arrives (their read is latency-bound): batching them lost 0.2-0.8 us. solo_row
-//   reads unbatched at every length: batched, prefill C = 64K / 128K moved +4 % / -3..+2 %
-//   between runs (docs/benchmarks/cuda-variants.md run 17).
+//   as it arrives (their read is latency-bound, and batching slowed it). solo_row reads
+//   unbatched at every length (batched, its prefill times moved both ways: no gain).
 __device__ __forceinline__ void keep_slice(const float* __restrict__ x, int lo, int hi, u32 tau, u32* bkey, u32* bcol,
                                            u32 cap, u32* cnt, bool cl) {
     const int n = hi - lo;
@@ -120,7 +118,7 @@ __device__ __forceinline__ void keep_slice(const float* __restrict__ x, int lo, 
 }
 
 enum : u32 { STAGE_CHUNK = 32768u };  // bytes a bulk copy instruction moves
-enum : int { RING_SLOT = 8192 };  // keep_ring: words (keys) a slot of the ring (32 KB: runs 22a-c)
+enum : int { RING_SLOT = 8192 };  // keep_ring: words (keys) a slot of the ring (32 KB)
 enum : int { RING_MIN = 49152 };  // slices of this many keys or more stream through the ring (topk.py reads it)
 enum : int { RING_MAX = 8 };  // mbarriers, so slots at most
 

@@ -46,23 +46,22 @@ SOLO_BUF_MIN, SOLO_BUF_MAX = 8192, 32768  # solo: words of the key buffer (sampl
 SHARED_RESERVED = 1024  # shared memory the hardware keeps a CTA (sm_90)
 SPLIT_BUF_MAX = 16384  # split, ordered: words of the leader's buffer (at most half as many kept keys)
 # Unordered plans (no bitmaps): the split's buffer, and solo's up to W = SAMPLE_LONG (beyond:
-# SOLO_BUF_MAX). More shared memory than this costs L1 (H100 run 16: split 53504 words
-# +0.3-1.3 us at 16 / 64 rows; solo 24320 words: prefill C = 128K 4.05 ms against 3.69 at 16128).
+# SOLO_BUF_MAX). More shared memory than this costs L1: larger buffers (split 53504 words,
+# solo 24320) ran slower.
 SPLIT_BUF_ANY = 32768  # 16384 kept keys: a row of L <= 1M keeps about 5K under the sampled bound
 # Unordered split plans with one CTA a multiprocessor: a stage the bulk copy engine lands a
-# slice in during the sample (split.cu; H100 run 19: -0.2..-0.8 us at most 32K / 128K points),
-# or, for slices of RING_MIN keys or more, the ring they stream through (H200 run 22: 64 x 128K
-# -2.4 us). Up to W = SAMPLE_LONG carved out of SPLIT_BUF_ANY (a row of L <= 256K keeps at most
-# ~5K keys); wider rows keep the whole SPLIT_BUF_ANY and the stage comes after it (H100 run 23:
-# W 1M 32 / 64 x 128K -1.7 us, 32K -0.5 / +0.4).
+# slice in during the sample (split.cu), so that the slice's read overlaps the sample's, or,
+# for slices of RING_MIN keys or more, the ring they stream through. Up to W = SAMPLE_LONG
+# carved out of SPLIT_BUF_ANY (a row of L <= 256K keeps at most ~5K keys); wider rows keep the
+# whole SPLIT_BUF_ANY and the stage comes after it (the overlap still pays at W 1M).
 SPLIT_STAGE = 16384
 SOLO_BUF_ANY = 16384
 # Unordered split plans of PAIR_ROWS[0] < rows <= PAIR_ROWS[1] up to W = PAIR_WIDTH: PAIR_ROWS[2]
 # CTAs a row, each with SPLIT_BUF_ANY - SPLIT_STAGE words (PAIR_BUF_LONG past W = SAMPLE_LONG: rows
 # up to 1M keep up to ~5K keys, mean + 4.4 standard deviations inside 10240) and no stage, so
-# that two CTAs fit a multiprocessor and every cluster is placed at once (H100 run 20: 16 x 128K
-# 24.4 against 25.9 us with 4 staged CTAs a row; with one CTA a multiprocessor clusters of 8 ran
-# in two waves; run 23, W 1M: 12 / 16 x 128K 21.8 / 25.1 against 25.2 / 26.7).
+# that two CTAs fit a multiprocessor and every cluster is placed at once (with one CTA a
+# multiprocessor, clusters of 8 ran in two waves; these 8 unstaged CTAs a row beat 4 staged
+# ones, up to W 1M).
 PAIR_ROWS = (8, 16, 8)
 PAIR_BUF_LONG = 20480
 SPLIT_ROWS = 64  # up to this many rows topk_split is the default plan (docs/cuda-kernel.md §4.3)
