@@ -233,13 +233,18 @@ def test_backend_is_registered_and_explains_itself():
 
 
 def test_kernel_source_ships_with_the_package():
-    assert topk.SOURCE.is_file() and "topk_rows" in topk.SOURCE.read_text()
-    assert topk.SOLO_SOURCE.is_file() and "topk_solo" in topk._PROGRAM.source
     import tomllib
     from pathlib import Path
 
+    for name in topk.FILES:  # every file of the program ships, and each source includes what it uses
+        assert (topk.FOLDER / name).is_file()
+        if name.endswith(".cu"):
+            assert '#include "common.cuh"' in (topk.FOLDER / name).read_text()
+    for kernel in ("topk_rows", "topk_rows_many", "topk_solo", "topk_split"):
+        assert kernel in "".join(topk._PROGRAM.headers.values())
     cfg = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
-    assert "*.cu" in cfg["tool"]["setuptools"]["package-data"]["dsa_ops.backends.cuda"]
+    data = cfg["tool"]["setuptools"]["package-data"]["dsa_ops.backends.cuda"]
+    assert "*.cu" in data and "*.cuh" in data
 
 
 # ---------------------------------------------------------------- GPU

@@ -1,7 +1,6 @@
 // dsa_ops backend `cuda`: one row split over a thread-block cluster under one sampled bound
-// (docs/cuda-kernel.md §4.3), for decode batches of up to 64 rows. Compiled as one program
-// with topk.cu and solo.cu (appended after them; uses sample_tau, keep4, visit_row, finish_row,
-// solo_row, row_window, the cluster helpers).
+// (docs/cuda-kernel.md §4.3), for decode batches of up to 64 rows: the entry point topk_split
+// (uses solo_row.cuh's sample_tau, keep4, finish_row and solo_row).
 //
 // - Every CTA of the row's cluster computes the same bound tau from the same sample of the
 //   row (sample_tau is a pure function of the row), then reads its slice of the row once and
@@ -21,6 +20,13 @@
 //   leave. Too few or too many kept keys send the leader to the digit passes over global
 //   memory (finish_row's fallback): the result never depends on the sample.
 // - Rows of L <= solo_max are selected by CTA 0 alone from the start (solo_row, kept whole).
+
+#include "common.cuh"
+#include "solo_row.cuh"
+
+// The slice's bulk copies start behind the sample's loads only in clusters of fewer
+// CTAs than this (a row's 16 CTAs have short slices, and ran slower with that order).
+enum : int { SAMPLE_FIRST_CTAS = 16 };
 
 // Ask L2 for the 128-byte lines that this thread's first batch of visit_row(x, lo, hi) loads
 // will read, so that they arrive while the sample is being read and chosen.

@@ -1,6 +1,7 @@
 """Host side of the ``cuda`` backend: the launch plans and the two writers for ``topk.cu``
 (the cluster kernel), ``solo.cu`` (one CTA a row) and ``split.cu`` (a row over a cluster
-under a sampled bound), compiled as one program.
+under a sampled bound), compiled as one program (their shared code: ``common.cuh``,
+``solo_row.cuh``; the files: docs/cuda-layout.md).
 
 The plan depends only on host ints (R, W) and the device (multiprocessor count, shared
 memory), never on device data, so a captured graph replays correctly with new lengths.
@@ -23,9 +24,12 @@ from torch import Tensor
 from dsa_ops.backends.cuda import driver
 from dsa_ops.backends.cuda.kernel import Function, Program
 
-SOURCE = Path(__file__).with_name("topk.cu")
-SOLO_SOURCE = Path(__file__).with_name("solo.cu")  # appended to topk.cu: one program
-SPLIT_SOURCE = Path(__file__).with_name("split.cu")  # appended after solo.cu
+FOLDER = Path(__file__).parent
+# The program's files, handed to NVRTC as named headers (each source includes the headers it
+# uses; nothing is read from disk at compile time), and its main source: the three kernel
+# sources in one translation unit, so one module holds every entry point.
+FILES = ("common.cuh", "solo_row.cuh", "topk.cu", "solo.cu", "split.cu")
+MAIN = '#include "topk.cu"\n#include "solo.cu"\n#include "split.cu"\n'
 KERNEL = "topk_rows"  # one CTA a multiprocessor; "topk_rows_many": two (64 registers a thread)
 SOLO_KERNEL = "topk_solo"  # one CTA a row, two a multiprocessor (solo.cu)
 SPLIT_KERNEL = "topk_split"  # a row over a cluster under one sampled bound (split.cu)
@@ -255,23 +259,19 @@ def make_plan(rows: int, width: int, sms: int, smem_max: int, cluster: Optional[
     return Plan(cluster, stage_keys, cand, int(solo_max))
 
 
-def _source() -> str:
-    return "".join(p.read_text() for p in (SOURCE, SOLO_SOURCE, SPLIT_SOURCE) if p.exists())
-
-
-_PROGRAM = Program("dsa_ops_topk", _source())
+_PROGRAM = Program("dsa_ops_topk", MAIN, headers={name: (FOLDER / name).read_text() for name in FILES})
 
 
 def _constant(name: str) -> int:
     """The value of an ``enum : int { NAME = <int> };`` of the program (one value for host and kernel)."""
-    m = re.search(rf"^enum : int {{ {name} = (\d+) }};", _PROGRAM.source, re.MULTILINE)
+    m = re.search(rf"^enum : int {{ {name} = (\d+) }};", "".join(_PROGRAM.headers.values()), re.MULTILINE)
     if m is None:
         raise RuntimeError(f"topk.py: the kernel source defines no {name}")
     return int(m.group(1))
 
 
-SAMPLE = _constant("SAMPLE")  # solo.cu: keys in a row's sample (rows of L <= SAMPLE_LONG)
-SAMPLE_LONG = _constant("SAMPLE_LONG")  # solo.cu: rows longer than this take twice the sample, past twice this four times
+SAMPLE = _constant("SAMPLE")  # solo_row.cuh: keys in a row's sample (rows of L <= SAMPLE_LONG)
+SAMPLE_LONG = _constant("SAMPLE_LONG")  # solo_row.cuh: rows longer than this take twice the sample, past twice this four times
 PAIR_WIDTH = 4 * SAMPLE_LONG  # the widest rows of the 9-16-row plan (PAIR_ROWS): L = 1M keeps ~5K keys
 KEEPB_MIN = _constant("KEEPB_MIN")  # split.cu: keep_slice reads slices of this many keys or more in batches
 RING_MIN = _constant("RING_MIN")  # split.cu: slices of this many keys or more stream through the stage as a ring
@@ -279,7 +279,7 @@ RING_SLOT = _constant("RING_SLOT")  # split.cu: words a slot of that ring (two s
 
 
 def sample_keys(length: int) -> int:
-    """Keys in the sample of a row of ``length`` (solo.cu's sample_tau): SAMPLE, twice as
+    """Keys in the sample of a row of ``length`` (solo_row.cuh's sample_tau): SAMPLE, twice as
     many past SAMPLE_LONG, four times past 2 x SAMPLE_LONG, so that a sample key stands for
     at most SAMPLE_LONG / SAMPLE columns up to L = 1M."""
     return SAMPLE * (4 if length > 2 * SAMPLE_LONG else 2 if length > SAMPLE_LONG else 1)
