@@ -7,7 +7,7 @@ match it byte for byte; a ``+any`` variant, the unordered emission of ``stable=F
 conform to the contract: dsa_ops.testing). Prefill: one 16384-row causal chunk per C, eager
 medians. Variants are ``cluster:stage_keys`` plans, ``solo[:BUF]``, ``split[:C[:BUF[:M[:STAGE]]]]``
 (``auto`` = the default plan), each optionally ``+any`` (ordered=False) and ``@NAME=V;...``
-(source defines).
+(``-D`` options of the build). Phase stamps come from the same build with ``DSA_OPS_PROFILE=1``.
 
     python -m dsa_ops.devtools.cuda_topk_variants --out variants.json \
         --decode-variants auto,1:auto,4:auto --prefill-variants auto,1:auto
@@ -28,17 +28,16 @@ PHASES = ("pass1", "choose1", "pass2", "choose2", "pass3", "choose3", "exchange"
 PHASES_LEADER = ("pass1", "choose1", "gather", "leader", "handout", "emit")
 
 
-def _program(defines: str):
-    """The shipped kernel, or a variant compiled with ``NAME=V[;NAME=V]`` defines prepended."""
+def _program(defines: str, profile: int = 0):
+    """The shipped kernel, or a build with ``NAME=V[;NAME=V]`` defines (``-D`` options) and,
+    with ``profile``, phase stamps (1: SM clock, 2: global ns; topk.program)."""
     from dsa_ops.backends.cuda import topk
-    from dsa_ops.backends.cuda.kernel import Program
 
-    if not defines:
+    if not defines and not profile:
         return None
-    if defines not in _PROGRAMS:
-        head = "".join(f"#define {d.replace('=', ' ')}\n" for d in defines.split(";"))
-        _PROGRAMS[defines] = Program("dsa_ops_topk_variant", head + topk._PROGRAM.source)
-    return _PROGRAMS[defines]
+    if (defines, profile) not in _PROGRAMS:
+        _PROGRAMS[defines, profile] = topk.program(profile, tuple(f"-D{d}" for d in defines.split(";") if d))
+    return _PROGRAMS[defines, profile]
 
 
 def _plan(spec: str, rows: int, width: int):
@@ -193,7 +192,8 @@ def _decode(rows: int, width: int, length: int, variants: list[str], reps: int, 
         o = _ordered(v)
         calls[name] = (lambda p=p, prog=prog, o=o: topk.launch(x, lens, lens, lens, 0, 1, 2048, out, plan=p,
                                                                program=prog, ordered=o), True if o else "any")
-        phases[name] = (lambda dbg, p=p, prog=prog, o=o: topk.launch(x, lens, lens, lens, 0, 1, 2048, out, plan=p,
+        stamped = _program(v.partition("@")[2], profile=1)  # the same build with phase stamps
+        phases[name] = (lambda dbg, p=p, prog=stamped, o=o: topk.launch(x, lens, lens, lens, 0, 1, 2048, out, plan=p,
                                                                      program=prog, dbg=dbg, ordered=o), rows * p.cluster,
                         isinstance(p, topk.SoloPlan), p.cluster if isinstance(p, topk.SplitPlan) else 0)
     if triton:
@@ -248,7 +248,8 @@ def _prefill(chunk: int, variants: list[str], reps: int, others: list[str]) -> l
         o = _ordered(v)
         calls[name] = (lambda p=p, prog=prog, o=o: topk.launch(x, s, s, e, 2, 1, 2048, out, plan=p, program=prog,
                                                                ordered=o), True if o else "any")
-        phases[name] = (lambda dbg, p=p, prog=prog, o=o: topk.launch(x, s, s, e, 2, 1, 2048, out, plan=p,
+        stamped = _program(v.partition("@")[2], profile=1)
+        phases[name] = (lambda dbg, p=p, prog=stamped, o=o: topk.launch(x, s, s, e, 2, 1, 2048, out, plan=p,
                                                                      program=prog, dbg=dbg, ordered=o),
                         rows * p.cluster, isinstance(p, topk.SoloPlan))
     for o in others:

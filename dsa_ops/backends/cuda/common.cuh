@@ -51,20 +51,25 @@ __device__ __forceinline__ void cluster_sync() {
     cluster_wait();
 }
 
-// Phase clock of CTA blockIdx.x, for dsa_ops/devtools/cuda_topk_variants.py (dbg is null
-// in the backend's launches): the SM's clock64, or with STAMP_NS=1 the global nanosecond
-// timer (comparable across CTAs: devtools/cuda_split_replays.py).
-#ifndef STAMP_NS
-#define STAMP_NS 0
-#endif
+// Profiling stamps, in lab builds only: -DDSA_OPS_PROFILE=1 stamps the SM's clock64, =2 the
+// global nanosecond timer (comparable across CTAs). STAMP(i): thread 0 writes stamp i of its
+// CTA to dbg[blockIdx.x * 16 + i] when the launch passed a stamp buffer. The shipped build has
+// no stamps.
+#ifdef DSA_OPS_PROFILE
 __device__ __forceinline__ long long stamp_now() {
-    if (!STAMP_NS) return clock64();
+#if DSA_OPS_PROFILE == 2
     unsigned long long t;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
     return (long long)t;
+#else
+    return clock64();
+#endif
 }
 #define STAMP(i)                                                                          \
     if (dbg != nullptr && threadIdx.x == 0) dbg[(i64)blockIdx.x * 16 + (i)] = stamp_now();
+#else
+#define STAMP(i)
+#endif
 
 // The shared::cluster address of `p` (in this CTA's shared memory) in CTA `cta`.
 __device__ __forceinline__ u32 remote_addr(const void* p, u32 cta) {

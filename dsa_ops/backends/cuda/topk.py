@@ -260,6 +260,23 @@ def make_plan(rows: int, width: int, sms: int, smem_max: int, cluster: Optional[
 
 
 _PROGRAM = Program("dsa_ops_topk", MAIN, headers={name: (FOLDER / name).read_text() for name in FILES})
+PROFILE = "DSA_OPS_PROFILE"  # the lab builds' define: phase stamps (common.cuh)
+_BUILDS: dict = {}
+
+
+def program(profile: int = 0, options: tuple = ()) -> Program:
+    """The shipped program (``profile`` 0, no ``options``), or a lab build of the same files:
+    ``profile`` 1 stamps each CTA's phases with the SM's clock, 2 with the global nanosecond
+    timer (``-DDSA_OPS_PROFILE=<profile>``); ``options``: more NVRTC options (``-DNAME=V``)."""
+    key = (int(profile), tuple(options))
+    if key == (0, ()):
+        return _PROGRAM
+    if key[0] not in (0, 1, 2):
+        raise ValueError(f"profile: expected 0 (off), 1 (SM clock) or 2 (global ns), got {profile}")
+    if key not in _BUILDS:
+        flags = ((f"-D{PROFILE}={key[0]}",) if key[0] else ()) + key[1]
+        _BUILDS[key] = Program(_PROGRAM.name, _PROGRAM.source, flags, _PROGRAM.headers)
+    return _BUILDS[key]
 
 
 def _constant(name: str) -> int:
