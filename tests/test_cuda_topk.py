@@ -713,25 +713,25 @@ def test_prepared_launch_refills_its_arguments(monkeypatch):
     plan = Plan(4, 6144)
     run = topk._Launch(Function("f", 77, 0, "sm_90a", 232448), 12, plan, 0)
     for ptr, k in ((1000, 16), (2000, 2048)):
-        run(ptr, 5000, 4999, ptr + 1, ptr + 2, ptr + 3, 1, 2, k, ptr + 4, 4, 6144, 4096, 12288, None)
+        run(ptr, 5000, 4999, ptr + 1, ptr + 2, ptr + 3, 1, 2, k, ptr + 4, 4, 6144, 4096, 12288)
     assert [s[:4] for s in seen] == [(77, (12, 1, 1), (topk.THREADS, 1, 1), plan.shared)] * 2
-    assert seen[0][4] == [1000, 5000, 4999, 1001, 1002, 1003, 1, 2, 16, 1004, 4, 6144, 4096, 12288, None]
+    assert seen[0][4] == [1000, 5000, 4999, 1001, 1002, 1003, 1, 2, 16, 1004, 4, 6144, 4096, 12288]
     assert seen[1][4][0] == 2000 and seen[1][4][8] == 2048
     solo = SoloPlan(16000, 4160)
     run = topk._Launch(Function("g", 78, 0, "sm_90a", 232448), 300, solo, 0)
     seen.clear()
     types[0] = topk._Launch._SOLO_TYPES
-    run(1000, 5000, 4999, 1001, 1002, 1003, 2, 1, 2048, 1004, 16000, 4160, 0, None)
+    run(1000, 5000, 4999, 1001, 1002, 1003, 2, 1, 2048, 1004, 16000, 4160, 0)
     assert seen == [(78, (300, 1, 1), (topk.THREADS, 1, 1), solo.shared,
-                     [1000, 5000, 4999, 1001, 1002, 1003, 2, 1, 2048, 1004, 16000, 4160, 0, None])]
+                     [1000, 5000, 4999, 1001, 1002, 1003, 2, 1, 2048, 1004, 16000, 4160, 0])]
     split = SplitPlan(8, 16384, 0, 12288, 16384)
     assert split.shared == 4 * (2 * 2048 + 16384 + 16384)  # the stage after the buffer
     run = topk._Launch(Function("h", 79, 0, "sm_90a", 232448), 64, split, 0)
     seen.clear()
     types[0] = topk._Launch._SPLIT_TYPES
-    run(1000, 5000, 4999, 1001, 1002, 1003, 0, 1, 2048, 1004, 8, 16384, 0, 12288, 0, 16384, None)
+    run(1000, 5000, 4999, 1001, 1002, 1003, 0, 1, 2048, 1004, 8, 16384, 0, 12288, 0, 16384)
     assert seen == [(79, (64, 1, 1), (topk.THREADS, 1, 1), split.shared,
-                     [1000, 5000, 4999, 1001, 1002, 1003, 0, 1, 2048, 1004, 8, 16384, 0, 12288, 0, 16384, None])]
+                     [1000, 5000, 4999, 1001, 1002, 1003, 0, 1, 2048, 1004, 8, 16384, 0, 12288, 0, 16384])]
     with pytest.raises(ValueError, match="shared memory"):
         topk._Launch(Function("f", 77, 0, "sm_90a", 1024), 12, plan, 0)
 

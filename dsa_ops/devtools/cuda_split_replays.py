@@ -79,7 +79,7 @@ def run_case(rows: int, width: int, length: int, spec: str, launches: int) -> di
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         torch.cuda._sleep(HOLD_CYCLES)  # the GPU waits here while the host enqueues the launch
         a.record()
-        topk.launch(x, lens, lens, lens, 0, 1, 2048, out, plan=plan, dbg=dbg, program=program, ordered=ordered)
+        topk.launch(x, lens, lens, lens, 0, 1, 2048, out, plan=plan, stamps=dbg, program=program, ordered=ordered)
         b.record()
         torch.cuda.synchronize()
         if i < 3:

@@ -194,7 +194,7 @@ def _decode(rows: int, width: int, length: int, variants: list[str], reps: int, 
                                                                program=prog, ordered=o), True if o else "any")
         stamped = _program(v.partition("@")[2], profile=1)  # the same build with phase stamps
         phases[name] = (lambda dbg, p=p, prog=stamped, o=o: topk.launch(x, lens, lens, lens, 0, 1, 2048, out, plan=p,
-                                                                     program=prog, dbg=dbg, ordered=o), rows * p.cluster,
+                                                                     program=prog, stamps=dbg, ordered=o), rows * p.cluster,
                         isinstance(p, topk.SoloPlan), p.cluster if isinstance(p, topk.SplitPlan) else 0)
     if triton:
         calls["triton"] = (lambda: dsa_ops.topk_decode(x, lens, 2048, backend="triton", out=out), False)
@@ -250,7 +250,7 @@ def _prefill(chunk: int, variants: list[str], reps: int, others: list[str]) -> l
                                                                ordered=o), True if o else "any")
         stamped = _program(v.partition("@")[2], profile=1)
         phases[name] = (lambda dbg, p=p, prog=stamped, o=o: topk.launch(x, s, s, e, 2, 1, 2048, out, plan=p,
-                                                                     program=prog, dbg=dbg, ordered=o),
+                                                                     program=prog, stamps=dbg, ordered=o),
                         rows * p.cluster, isinstance(p, topk.SoloPlan))
     for o in others:
         calls[o] = (lambda o=o: dsa_ops.topk_prefill(x, s, e, 2048, backend=o, out=out), False)

@@ -52,10 +52,13 @@ __device__ __forceinline__ void cluster_sync() {
 }
 
 // Profiling stamps, in lab builds only: -DDSA_OPS_PROFILE=1 stamps the SM's clock64, =2 the
-// global nanosecond timer (comparable across CTAs). STAMP(i): thread 0 writes stamp i of its
-// CTA to dbg[blockIdx.x * 16 + i] when the launch passed a stamp buffer. The shipped build has
-// no stamps.
+// global nanosecond timer (comparable across CTAs). A lab build's entry points take one more
+// parameter after the others (PROFILE_PARAM: the stamp buffer, grid x 16 int64, or null), which
+// thread 0 keeps in shared memory (PROFILE_START); STAMP(i): thread 0 writes stamp i of its CTA
+// there. The shipped build has neither the parameter nor the stamps (the host plan knows which
+// build it launches: dsa_ops/backends/cuda/topk.py).
 #ifdef DSA_OPS_PROFILE
+__shared__ unsigned long long* stamp_out;  // read by thread 0 only, which set it
 __device__ __forceinline__ long long stamp_now() {
 #if DSA_OPS_PROFILE == 2
     unsigned long long t;
@@ -65,9 +68,14 @@ __device__ __forceinline__ long long stamp_now() {
     return clock64();
 #endif
 }
-#define STAMP(i)                                                                          \
-    if (dbg != nullptr && threadIdx.x == 0) dbg[(i64)blockIdx.x * 16 + (i)] = stamp_now();
+#define PROFILE_PARAM , unsigned long long* __restrict__ stamps
+#define PROFILE_START() \
+    if (threadIdx.x == 0) stamp_out = stamps
+#define STAMP(i) \
+    if (threadIdx.x == 0 && stamp_out != nullptr) stamp_out[(i64)blockIdx.x * 16 + (i)] = stamp_now();
 #else
+#define PROFILE_PARAM
+#define PROFILE_START()
 #define STAMP(i)
 #endif
 

@@ -347,7 +347,7 @@ __device__ __forceinline__ void emit_any_row(const float* __restrict__ x, int L,
 // after the global select) and never touches the bitmaps: its plans have none (words = 0).
 __device__ __forceinline__ void finish_row(const float* __restrict__ x, int L, int k, int* __restrict__ orow,
                                            u32* smem, int buf, int words, u32 n, bool direct, bool ordered,
-                                           Scalars& sc, unsigned long long* __restrict__ dbg) {
+                                           Scalars& sc) {
     u32* h = smem;
     u32* h2 = smem + BINS;
     u32* blt = smem + 2 * BINS;
@@ -420,8 +420,7 @@ __device__ __forceinline__ void finish_row(const float* __restrict__ x, int L, i
 // ordered), `buf` words
 // (rows of L <= buf kept whole; longer ones keep at most buf / 2 keys with their columns).
 __device__ __forceinline__ void solo_row(const float* __restrict__ x, int L, int k, int* __restrict__ orow, u32* smem,
-                                      int buf, int words, bool ordered, Scalars& sc,
-                                      unsigned long long* __restrict__ dbg) {
+                                      int buf, int words, bool ordered, Scalars& sc) {
     u32* h = smem;                // first-digit counts (then the third digit's)
     u32* h2 = smem + BINS;        // the sample's digits, then the second digit's counts
     u32* blt = smem + 2 * BINS;   // column bitmap: keys < T
@@ -455,5 +454,5 @@ __device__ __forceinline__ void solo_row(const float* __restrict__ x, int L, int
     STAMP(1);
     __syncthreads();
 
-    finish_row(x, L, k, orow, smem, buf, words, direct ? (u32)L : sc.cnt, direct, ordered, sc, dbg);
+    finish_row(x, L, k, orow, smem, buf, words, direct ? (u32)L : sc.cnt, direct, ordered, sc);
 }

@@ -222,10 +222,10 @@ __device__ __forceinline__ void keep_ring(const float* __restrict__ g, int nf, i
 extern "C" __global__ void __launch_bounds__(NT, 2) topk_split(
     const float* __restrict__ logits, i64 pitch, int width, const int* __restrict__ lens,
     const int* __restrict__ starts, const int* __restrict__ ends, int mode, int next_n, int k,
-    int* __restrict__ out, int C, int buf, int words, int solo_max, int ordered, int stage,
-    unsigned long long* __restrict__ dbg) {
+    int* __restrict__ out, int C, int buf, int words, int solo_max, int ordered, int stage PROFILE_PARAM) {
     extern __shared__ __align__(16) u32 split_smem[];
     __shared__ Scalars sc;
+    PROFILE_START();
     STAMP(0);
     const u32 rank = C > 1 ? cluster_rank() : 0u;
     const int r = blockIdx.x / C;
@@ -240,7 +240,7 @@ extern "C" __global__ void __launch_bounds__(NT, 2) topk_split(
     }
     const float* x = logits + (i64)r * pitch + s;
     if (C == 1 || L <= solo_max) {  // CTA 0 alone (the same answer in every CTA of the row)
-        if (rank == 0) solo_row(x, L, k, orow, split_smem, buf, words, ordered != 0, sc, dbg);
+        if (rank == 0) solo_row(x, L, k, orow, split_smem, buf, words, ordered != 0, sc);
         return;
     }
 
@@ -332,5 +332,5 @@ extern "C" __global__ void __launch_bounds__(NT, 2) topk_split(
         for (u32 j = threadIdx.x; j < n; j += NT) atomicAdd(h + (bkey[j] >> 21), 1u);
     __syncthreads();
     STAMP(1);
-    finish_row(x, L, k, orow, split_smem, buf, words, n, false, ordered != 0, sc, dbg);
+    finish_row(x, L, k, orow, split_smem, buf, words, n, false, ordered != 0, sc);
 }

@@ -264,18 +264,17 @@ __device__ void emit_runs(const float* __restrict__ x, int lo, int hi, int SW, c
 __device__ __forceinline__ void topk_body(
     const float* __restrict__ logits, i64 pitch, int width, const int* __restrict__ lens,
     const int* __restrict__ starts, const int* __restrict__ ends, int mode, int next_n, int k,
-    int* __restrict__ out, int C, int stage_keys, int cand_keys, int solo_max,
-    unsigned long long* __restrict__ dbg);
+    int* __restrict__ out, int C, int stage_keys, int cand_keys, int solo_max);
 
 // One CTA a multiprocessor (few rows: up to 128 registers a thread) and two (many rows).
 #define TOPK_ENTRY(NAME, BLOCKS)                                                                          \
     extern "C" __global__ void __launch_bounds__(NT, BLOCKS) NAME(                                        \
         const float* __restrict__ logits, i64 pitch, int width, const int* __restrict__ lens,            \
         const int* __restrict__ starts, const int* __restrict__ ends, int mode, int next_n, int k,       \
-        int* __restrict__ out, int C, int stage_keys, int cand_keys, int solo_max,                          \
-        unsigned long long* __restrict__ dbg) {                                                           \
+        int* __restrict__ out, int C, int stage_keys, int cand_keys, int solo_max PROFILE_PARAM) {          \
+        PROFILE_START();                                                                                  \
         topk_body(logits, pitch, width, lens, starts, ends, mode, next_n, k, out, C, stage_keys, cand_keys,  \
-                  solo_max, dbg);                                                                         \
+                  solo_max);                                                                              \
     }
 TOPK_ENTRY(topk_rows, 1)
 TOPK_ENTRY(topk_rows_many, 2)
@@ -283,8 +282,7 @@ TOPK_ENTRY(topk_rows_many, 2)
 __device__ __forceinline__ void topk_body(
     const float* __restrict__ logits, i64 pitch, int width, const int* __restrict__ lens,
     const int* __restrict__ starts, const int* __restrict__ ends, int mode, int next_n, int k,
-    int* __restrict__ out, int C, int stage_keys, int cand_keys, int solo_max,
-    unsigned long long* __restrict__ dbg) {
+    int* __restrict__ out, int C, int stage_keys, int cand_keys, int solo_max) {
     extern __shared__ __align__(16) u32 smem[];
     __shared__ Scalars sc;
     STAMP(0);
@@ -309,7 +307,7 @@ __device__ __forceinline__ void topk_body(
     const float* x = logits + (i64)r * pitch + s;
     if (L <= solo_max) {  // a short row: CTA 0 selects it alone (solo.cu), the others leave
         if (rank == 0)
-            solo_row(x, L, k, orow, smem, (solo_max + 7) & ~7, (((solo_max + 31) >> 5) + 3) & ~3, true, sc, dbg);
+            solo_row(x, L, k, orow, smem, (solo_max + 7) & ~7, (((solo_max + 31) >> 5) + 3) & ~3, true, sc);
         return;
     }
     const int ch = (int)(((((i64)L + C - 1) / C) + 3) & ~3LL);

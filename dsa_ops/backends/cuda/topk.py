@@ -279,6 +279,11 @@ def program(profile: int = 0, options: tuple = ()) -> Program:
     return _BUILDS[key]
 
 
+def profiling(prog: Program) -> bool:
+    """Whether ``prog`` is a lab build (its kernels take the stamp buffer as their last argument)."""
+    return any(o.startswith(f"-D{PROFILE}") for o in prog.options)
+
+
 def _constant(name: str) -> int:
     """The value of an ``enum : int { NAME = <int> };`` of the program (one value for host and kernel)."""
     m = re.search(rf"^enum : int {{ {name} = (\d+) }};", "".join(_PROGRAM.headers.values()), re.MULTILINE)
@@ -340,16 +345,17 @@ def function(index: int, program: Optional[Program] = None, many: bool = False, 
 
 
 class _Launch:
-    """One prepared launch of a kernel for a (function, grid, plan, stream): the
-    ``CUlaunchConfig`` and the argument array are built once; a call refills the values."""
+    """One prepared launch of a kernel for a (function, grid, plan, stream, build): the
+    ``CUlaunchConfig`` and the argument array are built once; a call refills the values.
+    ``profile``: a lab build, whose kernels take the stamp buffer after their other arguments."""
 
     _TYPES = (ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
               ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_int,
-              ctypes.c_int, ctypes.c_void_p)  # ..., C, stage_keys, cand_keys, solo_max, dbg
-    _SPLIT_TYPES = _TYPES[:14] + (ctypes.c_int, ctypes.c_int, ctypes.c_void_p)  # ..., solo_max, ordered, stage, dbg
-    _SOLO_TYPES = _TYPES[:10] + (ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_void_p)  # ..., buf, words, ordered, dbg
+              ctypes.c_int)  # ..., C, stage_keys, cand_keys, solo_max
+    _SPLIT_TYPES = _TYPES[:14] + (ctypes.c_int, ctypes.c_int)  # ..., solo_max, ordered, stage
+    _SOLO_TYPES = _TYPES[:10] + (ctypes.c_int, ctypes.c_int, ctypes.c_int)  # ..., buf, words, ordered
 
-    def __init__(self, fn: Function, grid: int, plan, stream: int) -> None:
+    def __init__(self, fn: Function, grid: int, plan, stream: int, profile: bool = False) -> None:
         if not 0 <= plan.shared <= fn.max_shared:
             raise ValueError(f"plan: {plan.shared} bytes of shared memory; the kernel was loaded for {fn.max_shared}")
         self.handle = fn.handle
@@ -357,6 +363,7 @@ class _Launch:
         self.cfg, self._attrs = driver.launch_config((grid,), (THREADS,), plan.shared, stream,
                                                      None if solo else (plan.cluster,))
         types = self._SOLO_TYPES if solo else self._SPLIT_TYPES if isinstance(plan, SplitPlan) else self._TYPES
+        types += (ctypes.c_void_p,) if profile else ()  # the stamp buffer
         self.values = [t() for t in types]
         self.params = (ctypes.c_void_p * len(self.values))(
             *[ctypes.cast(ctypes.pointer(v), ctypes.c_void_p) for v in self.values])
@@ -371,15 +378,21 @@ _LAUNCHES: dict = {}
 
 
 def launch(logits: Tensor, lens: Tensor, starts: Tensor, ends: Tensor, mode: int, next_n: int, k: int,
-           out: Tensor, plan: Optional[Plan] = None, dbg: Optional[Tensor] = None,
+           out: Tensor, plan: Optional[Plan] = None, stamps: Optional[Tensor] = None,
            program: Optional[Program] = None, ordered: bool = True) -> None:
     """Fill ``out`` (R, k) int32 from ``logits`` (R, W) fp32 rows (already validated: every
     tensor on the logits' device). ``ordered``: the stable bytes (ascending columns, lowest
     column ties); False lets the solo and split kernels emit their winners in any order (the
-    contract's ``stable=False``; the cluster kernel's output is ordered either way)."""
+    contract's ``stable=False``; the cluster kernel's output is ordered either way).
+    ``stamps`` (grid x 16 int64): each CTA's phase stamps, from a lab build only
+    (``program=program(profile=1)``)."""
     rows, width = logits.shape
     if rows == 0:
         return
+    profile = profiling(program or _PROGRAM)
+    if stamps is not None and not profile:
+        raise ValueError("stamps: the shipped build has no phase stamps; launch a lab build "
+                         "(program=topk.program(profile=1))")
     index = logits.device.index
     p = plan or _plan(rows, width, index, ordered)
     if ordered and isinstance(p, (SoloPlan, SplitPlan)) and 32 * p.words < width:
@@ -390,17 +403,17 @@ def launch(logits: Tensor, lens: Tensor, starts: Tensor, ends: Tensor, mode: int
     split = isinstance(p, SplitPlan)
     fn = function(index, program, many=rows * p.cluster > sms, solo=solo, split=split)
     stream = torch.cuda.current_stream(index).cuda_stream
-    key = (fn.handle, rows * p.cluster, p, stream, threading.get_ident())
+    key = (fn.handle, rows * p.cluster, p, stream, profile, threading.get_ident())
     run = _LAUNCHES.get(key)
     if run is None:
         if len(_LAUNCHES) > 4096:  # many shapes or threads: start over rather than grow
             _LAUNCHES.clear()
-        run = _LAUNCHES[key] = _Launch(fn, rows * p.cluster, p, stream)
+        run = _LAUNCHES[key] = _Launch(fn, rows * p.cluster, p, stream, profile)
     head = (logits.data_ptr(), logits.stride(0), width, lens.data_ptr(), starts.data_ptr(), ends.data_ptr(), mode,
             next_n, k, out.data_ptr())
     tail = (p.buf, p.words, int(ordered)) if solo else (p.cluster, p.buf, p.words, p.solo_max, int(ordered), p.stage) \
         if split else (p.cluster, p.stage_keys, p.cand_keys, p.solo_max)
-    run(*head, *tail, None if dbg is None else dbg.data_ptr())
+    run(*head, *tail, *((None if stamps is None else stamps.data_ptr(),) if profile else ()))
 
 
 def decode(logits: Tensor, lengths: Tensor, k: int, next_n: int, stable: bool, out: Tensor) -> None:
