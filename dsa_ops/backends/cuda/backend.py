@@ -49,7 +49,7 @@ def _version() -> str:
         compiler = "nvrtc %d.%d" % nvrtc.version()
     except Exception:
         compiler = "nvrtc absent"
-    return f"topk.cu {topk._PROGRAM.digest[:16]}, {compiler}"
+    return f"topk.cu {topk.program().digest[:16]}, {compiler}"
 
 
 def decode(logits, lengths, k, next_n, stable, out) -> None:

@@ -1,7 +1,8 @@
 """A CUDA C++ program compiled at first use and launched on torch's current stream.
 
-``Program(name, source, headers=...)`` holds the source of one or more ``extern "C" __global__``
-kernels, and the named headers its ``#include "..."`` lines find. ``program.function(kernel, device)`` builds the cubin for the device's
+``Program(name, source, headers=...)`` holds the source of one or more ``extern "C"
+__global__`` kernels, and the named headers its ``#include "..."`` lines find.
+``program.function(kernel, device)`` builds the cubin for the device's
 architecture (NVRTC, or the on-disk cache), loads it into the device's context and returns a
 :class:`Function`; the first call per (program, device) does that work, later calls are a
 dict lookup. Nothing is compiled or loaded while the current stream is being captured
