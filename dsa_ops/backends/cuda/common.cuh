@@ -151,7 +151,7 @@ struct Scalars {
     u32 pfl[16], pfe[16];  // leader: each CTA's candidates < T and == T
     u32 wa[NWARP], wl[NWARP], we[NWARP], wbase[NWARP], wtake[NWARP];  // unstaged rows: per warp run
     u32 wsum[2 * NWARP];
-    u32 slot[2];  // solo.cu's unordered emission: slots taken by keys < T, keys == T
+    u32 slot[2];  // solo_row.cuh's unordered emission: slots taken by keys < T, keys == T
 };
 
 // Exclusive scan of one value a thread over the CTA; `total` gets the sum. Two barriers.

@@ -44,7 +44,7 @@ MIN_SLICE = 4096  # few rows: no more CTAs a row than leave each this many colum
 MANY_STAGE = 18432  # many rows: keys staged a CTA (two CTAs fit a multiprocessor)
 CAND_FEW, CAND_MANY = 4096, 1536  # the leader's candidate buffer (few rows / many rows)
 MODE_PER_ROW, MODE_PER_REQUEST, MODE_PREFILL = 0, 1, 2
-SOLO_SHORT = 12288  # few rows: rows up to this length are selected by the cluster's CTA 0 alone (solo.cu)
+SOLO_SHORT = 12288  # few rows: rows up to this length are selected by the cluster's CTA 0 alone (solo_row)
 SOLO_ROWS = 64  # more rows than this: topk_solo, one CTA a row (decode and prefill)
 SOLO_BUF_MIN, SOLO_BUF_MAX = 8192, 32768  # solo: words of the key buffer (sampled rows keep half as many)
 SHARED_RESERVED = 1024  # shared memory the hardware keeps a CTA (sm_90)
@@ -72,7 +72,7 @@ SPLIT_ROWS = 64  # up to this many rows topk_split is the default plan (docs/cud
 
 
 # Every entry point's first arguments (name, ctypes type); each shape's ARGS follow them, and a
-# lab build's stamp buffer (STAMPS) comes last. The kernels' signatures: topk.cu, solo.cu, split.cu.
+# lab build's stamp buffer (STAMPS_ARG) comes last. The kernels' signatures: topk.cu, solo.cu, split.cu.
 HEAD_ARGS = (("logits", ctypes.c_void_p), ("pitch", ctypes.c_int64), ("width", ctypes.c_int),
              ("lens", ctypes.c_void_p), ("starts", ctypes.c_void_p), ("ends", ctypes.c_void_p),
              ("mode", ctypes.c_int), ("next_n", ctypes.c_int), ("k", ctypes.c_int), ("out", ctypes.c_void_p))
@@ -112,14 +112,14 @@ class Plan:
 
 
 def _solo_bytes(words: int, buf: int) -> int:
-    """Dynamic shared memory of solo.cu's layout (bytes): two 2048-bin histograms, two
+    """Dynamic shared memory of solo_row.cuh's layout (bytes): two 2048-bin histograms, two
     column bitmaps of ``words`` words, a buffer of ``buf`` words."""
     return 4 * (2 * 2048 + 2 * words + buf)
 
 
 def _solo_layout(width: int, smem: int, buf: Optional[int], buf_max: int,
                  ordered: bool = True) -> Optional[tuple[int, int]]:
-    """(buf, words) of solo.cu's layout for rows of ``width`` columns in ``smem`` bytes a CTA
+    """(buf, words) of solo_row.cuh's layout for rows of ``width`` columns in ``smem`` bytes a CTA
     (shared memory of a multiprocessor over the CTAs it holds): ``buf`` given is checked
     against the room left by the bitmaps; None given takes min(buf_max, room), or None when
     that is under SOLO_BUF_MIN words. Not ``ordered`` (stable=False): no bitmaps (words = 0;
@@ -176,7 +176,7 @@ def solo_plan(width: int, smem_per_sm: int, buf: Optional[int] = None, ordered: 
 class SplitPlan:
     """Launch shape of ``topk_split``: each row over a cluster of ``cluster`` CTAs that keep
     the keys under one sampled bound and send them to CTA 0, which selects and emits (rows up
-    to ``solo_max`` keys: CTA 0 alone, the row kept whole). solo.cu's layout in every CTA:
+    to ``solo_max`` keys: CTA 0 alone, the row kept whole). solo_row.cuh's layout in every CTA:
     two histograms, two column bitmaps of ``words`` words, a buffer of ``buf`` words."""
 
     cluster: int
@@ -271,7 +271,7 @@ def stage_for(columns: int) -> int:
 
 def solo_short_fits(plan: Plan, cap: int = SOLO_SHORT) -> int:
     """The longest row (at most ``cap``) the plan's shared memory lets CTA 0 select alone
-    (solo.cu's layout: two histograms, two bitmaps of L / 32 words, the row kept whole)."""
+    (solo_row.cuh's layout: two histograms, two bitmaps of L / 32 words, the row kept whole)."""
     room = plan.shared // 4 - 2 * 2048 - 8  # words; 2 x (L / 32 + 4) bitmap words + (L + 8) keys
     return max(0, min(cap, (room - 8) * 16 // 17) & ~31)
 
