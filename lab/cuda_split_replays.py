@@ -6,7 +6,7 @@ Each case ``ROWSxWIDTHxLENGTH:SPEC`` (SPEC as ``cuda_topk_variants``: ``auto+any
 ``split:8:16384+any``, ...) uses the harness's data (the same seed), then launches the plan
 ``--launches`` times with the L2 flushed before each, timed with CUDA events (a busy wait
 before the start event keeps the host's enqueue out of the time), the kernel built
-with ``STAMP_NS=1`` so that every CTA's phase stamps are global nanoseconds (comparable across
+with ``DSA_OPS_PROFILE=2`` so that every CTA's phase stamps are global nanoseconds (comparable across
 CTAs), and every launch's output checked against the reference (any order). Per case it
 reports the time quantiles, the quantiles of the stamped span (first CTA start to last CTA
 end: the kernel alone), the wrong outputs, and for the slowest launches where the time
@@ -61,7 +61,7 @@ def run_case(rows: int, width: int, length: int, spec: str, launches: int) -> di
 
     base, _, defines = spec.partition("@")
     plan, _ = harness._plan(base, rows, width)
-    program = harness._program(";".join(d for d in ("STAMP_NS=1", defines) if d))
+    program = harness._program(defines, profile=2)  # stamps in global nanoseconds
     ordered = harness._ordered(base)
     g = torch.Generator(device="cuda").manual_seed(rows * 31 + length)  # the harness's data
     x = torch.randn(rows, width, device="cuda", generator=g)
@@ -79,7 +79,7 @@ def run_case(rows: int, width: int, length: int, spec: str, launches: int) -> di
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         torch.cuda._sleep(HOLD_CYCLES)  # the GPU waits here while the host enqueues the launch
         a.record()
-        topk.launch(x, lens, lens, lens, 0, 1, 2048, out, plan=plan, dbg=dbg, program=program, ordered=ordered)
+        topk.launch(x, lens, lens, lens, 0, 1, 2048, out, plan=plan, stamps=dbg, program=program, ordered=ordered)
         b.record()
         torch.cuda.synchronize()
         if i < 3:

@@ -7,7 +7,7 @@ match it byte for byte; a ``+any`` variant, the unordered emission of ``stable=F
 conform to the contract: dsa_ops.testing). Prefill: one 16384-row causal chunk per C, eager
 medians. Variants are ``cluster:stage_keys`` plans, ``solo[:BUF]``, ``split[:C[:BUF[:M[:STAGE]]]]``
 (``auto`` = the default plan), each optionally ``+any`` (ordered=False) and ``@NAME=V;...``
-(source defines).
+(``-D`` options of the build). Phase stamps come from the same build with ``DSA_OPS_PROFILE=1``.
 
     python -m lab.cuda_topk_variants --out variants.json \
         --decode-variants auto,1:auto,4:auto --prefill-variants auto,1:auto
@@ -28,17 +28,16 @@ PHASES = ("pass1", "choose1", "pass2", "choose2", "pass3", "choose3", "exchange"
 PHASES_LEADER = ("pass1", "choose1", "gather", "leader", "handout", "emit")
 
 
-def _program(defines: str):
-    """The shipped kernel, or a variant compiled with ``NAME=V[;NAME=V]`` defines prepended."""
+def _program(defines: str, profile: int = 0):
+    """The shipped kernel, or a build with ``NAME=V[;NAME=V]`` defines (``-D`` options) and,
+    with ``profile``, phase stamps (1: SM clock, 2: global ns; topk.program)."""
     from dsa_ops.backends.cuda import topk
-    from dsa_ops.backends.cuda.kernel import Program
 
-    if not defines:
+    if not defines and not profile:
         return None
-    if defines not in _PROGRAMS:
-        head = "".join(f"#define {d.replace('=', ' ')}\n" for d in defines.split(";"))
-        _PROGRAMS[defines] = Program("dsa_ops_topk_variant", head + topk._PROGRAM.source)
-    return _PROGRAMS[defines]
+    if (defines, profile) not in _PROGRAMS:
+        _PROGRAMS[defines, profile] = topk.program(profile, tuple(f"-D{d}" for d in defines.split(";") if d))
+    return _PROGRAMS[defines, profile]
 
 
 def _plan(spec: str, rows: int, width: int):
@@ -54,33 +53,30 @@ def _plan(spec: str, rows: int, width: int):
     spec, _, defines = spec.partition("@")
     ordered = not spec.endswith("+any")  # the unordered plans have no column bitmaps
     spec = spec.removesuffix("+any")
-    dev = torch.cuda.current_device()
+    facts = topk.device_facts()
     if spec.startswith("auto"):
-        plan = topk._plan(rows, width, dev, ordered)
+        plan = topk.plan(rows, width, ordered).shape
         if ":" in spec and isinstance(plan, topk.Plan):
             plan = dataclasses.replace(plan, solo_max=int(spec.split(":")[1]))
         return plan, _program(defines)
     if spec == "cluster":  # the cluster kernel's default plan (topk.cu alone)
-        sms, smem = topk._device_facts(dev)
-        return topk.make_plan(rows, width, sms, smem), _program(defines)
+        return topk.make_plan(rows, width, facts.sms, facts.smem_block), _program(defines)
     if spec.startswith("split"):  # split[:C[:BUF[:M[:STAGE]]]]
-        sms, _ = topk._device_facts(dev)
         c, b, m, st = (spec.split(":")[1:] + ["", "", "", ""])[:4]
-        plan = topk.split_plan(rows, width, sms, topk._smem_per_sm(dev), int(c) if c else None,
+        plan = topk.split_plan(rows, width, facts.sms, facts.smem_sm, int(c) if c else None,
                                int(b) if b else None, int(m) if m else None, ordered, int(st) if st else None)
         if plan is None:
             raise SystemExit(f"split: no plan fits width {width}")
         return plan, _program(defines)
     if spec.startswith("solo"):
         buf = spec.partition(":")[2]
-        plan = topk.solo_plan(width, topk._smem_per_sm(dev), int(buf) if buf else None, ordered)
+        plan = topk.solo_plan(width, facts.smem_sm, int(buf) if buf else None, ordered)
         if plan is None:
             raise SystemExit(f"solo: no plan fits width {width}")
         return plan, _program(defines)
     c, s, *m = spec.split(":")
-    sms, smem = topk._device_facts(torch.cuda.current_device())
-    plan = topk.make_plan(rows, width, sms, smem, cluster=int(c), stage_keys=None if s == "auto" else int(s),
-                          solo_max=int(m[0]) if m else None)
+    plan = topk.make_plan(rows, width, facts.sms, facts.smem_block, cluster=int(c),
+                          stage_keys=None if s == "auto" else int(s), solo_max=int(m[0]) if m else None)
     return plan, _program(defines)
 
 
@@ -193,8 +189,10 @@ def _decode(rows: int, width: int, length: int, variants: list[str], reps: int, 
         o = _ordered(v)
         calls[name] = (lambda p=p, prog=prog, o=o: topk.launch(x, lens, lens, lens, 0, 1, 2048, out, plan=p,
                                                                program=prog, ordered=o), True if o else "any")
-        phases[name] = (lambda dbg, p=p, prog=prog, o=o: topk.launch(x, lens, lens, lens, 0, 1, 2048, out, plan=p,
-                                                                     program=prog, dbg=dbg, ordered=o), rows * p.cluster,
+        stamped = _program(v.partition("@")[2], profile=1)  # the same build with phase stamps
+        phases[name] = (lambda dbg, p=p, prog=stamped, o=o: topk.launch(x, lens, lens, lens, 0, 1, 2048, out, plan=p,
+                                                                         program=prog, stamps=dbg, ordered=o),
+                        rows * p.cluster,
                         isinstance(p, topk.SoloPlan), p.cluster if isinstance(p, topk.SplitPlan) else 0)
     if triton:
         calls["triton"] = (lambda: dsa_ops.topk_decode(x, lens, 2048, backend="triton", out=out), False)
@@ -248,8 +246,9 @@ def _prefill(chunk: int, variants: list[str], reps: int, others: list[str]) -> l
         o = _ordered(v)
         calls[name] = (lambda p=p, prog=prog, o=o: topk.launch(x, s, s, e, 2, 1, 2048, out, plan=p, program=prog,
                                                                ordered=o), True if o else "any")
-        phases[name] = (lambda dbg, p=p, prog=prog, o=o: topk.launch(x, s, s, e, 2, 1, 2048, out, plan=p,
-                                                                     program=prog, dbg=dbg, ordered=o),
+        stamped = _program(v.partition("@")[2], profile=1)
+        phases[name] = (lambda dbg, p=p, prog=stamped, o=o: topk.launch(x, s, s, e, 2, 1, 2048, out, plan=p,
+                                                                         program=prog, stamps=dbg, ordered=o),
                         rows * p.cluster, isinstance(p, topk.SoloPlan))
     for o in others:
         calls[o] = (lambda o=o: dsa_ops.topk_prefill(x, s, e, 2048, backend=o, out=out), False)

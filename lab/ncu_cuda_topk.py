@@ -21,10 +21,10 @@ def main(argv: list[str]) -> None:
     x = torch.randn(rows, width, device="cuda", generator=g)
     lens = torch.full((rows,), length, dtype=torch.int32, device="cuda")
     out = torch.empty(rows, 2048, dtype=torch.int32, device="cuda")
-    plan = topk._plan(rows, width, 0)
+    plan = topk.plan(rows, width, device=0).shape
     if len(argv) > 3:
-        sms, smem = topk._device_facts(0)
-        plan = topk.make_plan(rows, width, sms, smem, cluster=int(argv[3]))
+        facts = topk.device_facts(0)
+        plan = topk.make_plan(rows, width, facts.sms, facts.smem_block, cluster=int(argv[3]))
     for _ in range(3):
         topk.launch(x, lens, lens, lens, 0, 1, 2048, out, plan=plan)
     torch.cuda.synchronize()
