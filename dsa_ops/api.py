@@ -200,8 +200,10 @@ def topk_decode(
         check: also check device values (lengths within [0, W]); synchronises.
 
     Returns:
-        (R, k) int32. Row r holds min(L_r, k) distinct columns in [0, L_r), in no
-        particular order unless ``stable``, then -1 in the remaining slots.
+        (R, k) int32. Row r holds min(L_r, k) distinct columns in [0, L_r), then -1 in
+        the remaining slots. Unlike ``torch.topk``, not sorted by value: with
+        ``stable=False`` the order is unspecified and varies by backend (the CPU
+        reference happens to give ascending columns); ``stable=True``: ascending columns.
 
     Raises:
         ValueError: naming the argument, for any bad dtype, device, rank, stride, size,
@@ -293,7 +295,8 @@ def topk_prefill(
 
     Returns:
         (R, k) int32 sequence-local indices ``j - row_starts[r]``, min(L_r, k) of them,
-        then -1.
+        then -1. Not sorted by value (unlike ``torch.topk``): in no defined order with
+        ``stable=False``, ascending with ``stable=True``, as for :func:`topk_decode`.
     """
     if torch.compiler.is_compiling():
         return _compiled_prefill(logits, row_starts, row_ends, k, max_seqlen_k, backend, out, compress_ratio, stable,

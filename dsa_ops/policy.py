@@ -21,7 +21,7 @@ import hashlib
 import json
 import os
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 import torch
 
@@ -153,10 +153,14 @@ class Policy:
     meta: dict = field(default_factory=dict, compare=False, hash=False)  # provenance, measurements
 
     def choose(self, family: str, facts: Facts, long: Optional[bool] = None) -> Choice:
-        """First matching rule whose backend can serve; ``reference`` if none can."""
+        """First matching rule whose backend can serve; ``reference`` if none can.
+
+        Reasons number the rules from 1, as docs/policy.md's table does (rule i is entry
+        i - 1 of the family's JSON list).
+        """
         skipped = []
         rules = self.decode if family == "decode" else self.prefill
-        for i, rule in enumerate(rules):
+        for i, rule in enumerate(rules, 1):
             if not rule.matches(facts, long):
                 if rule.matches_but_band(facts, long):
                     skipped.extend(f"rule {i} ({rule.backend}): {why}" for why in rule.band_misses(facts))
@@ -215,7 +219,7 @@ DEFAULT = Policy(decode=_DEFAULT_DECODE, prefill=_DEFAULT_PREFILL)
 # Shipped calibrated policies (issue 46), chosen by :func:`default_choice`: on Hopper, the one
 # calibrated with vLLM's kernels among the candidates where those kernels load (the vLLM
 # route's case: never slower than stock vLLM), else the one calibrated without them. Built by
-# ``python -m dsa_ops.devtools.ship_policies`` from one ``dsa-ops calibrate`` run on an H100.
+# ``python -m lab.ship_policies`` from one ``dsa-ops calibrate`` run on an H100.
 SHIPPED_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "policies")
 HOPPER_VLLM = "hopper-vllm.json"
 HOPPER = "hopper.json"
@@ -348,6 +352,9 @@ def save(policy: Policy, path: str | os.PathLike) -> None:
 
 _override: list[Policy] = []
 
+# What the pass API's ``policy`` arguments accept (checked by :func:`resolve`).
+PolicyArg = Optional[Union[Policy, str, os.PathLike]]
+
 
 def current() -> Policy:
     """The policy in force: :func:`use`'s innermost, else ``$DSA_OPS_POLICY``, else :func:`default`
@@ -369,11 +376,39 @@ def _load_cached(path: str, mtime: float) -> Policy:
     return load(path)
 
 
+def resolve(policy: PolicyArg, argument: str = "policy", *, none_ok: bool = True) -> Optional[Policy]:
+    """``policy`` as a :class:`Policy`, checked where it is passed rather than at compile time.
+
+    A Policy is returned as is, a path (str or os.PathLike) is read with :func:`load` now,
+    and None stays None (it means :func:`current`, read later) when ``none_ok``.
+
+    Raises:
+        dsa_ops.validate.ArgumentError: (a ValueError) naming ``argument``: a path with no
+            file, or a value of another type. A file that is not a valid policy raises
+            :func:`load`'s ValueError, which names the file and the field.
+    """
+    from dsa_ops.validate import ArgumentError
+
+    if isinstance(policy, Policy) or (policy is None and none_ok):
+        return policy
+    if isinstance(policy, (str, os.PathLike)):
+        path = os.fspath(policy)
+        if not os.path.isfile(path):
+            why = "is a directory" if os.path.isdir(path) else "does not exist"
+            where = "" if os.path.isabs(path) else f" (relative to {os.getcwd()!r})"
+            raise ArgumentError(f"{argument}: policy file {path!r} {why}{where}")
+        return load(path)
+    expected = "a dsa_ops.policy.Policy, a path to a policy JSON file (str or os.PathLike)"
+    shown = repr(policy) if len(repr(policy)) <= 80 else repr(policy)[:77] + "..."
+    raise ArgumentError(f"{argument}: expected {expected}{' or None' if none_ok else ''}, "
+                        f"got {type(policy).__name__} {shown}")
+
+
 class use:
     """Context manager: make ``policy`` (a Policy or a JSON path) current inside the block."""
 
     def __init__(self, policy: Policy | str | os.PathLike) -> None:
-        self.policy = policy if isinstance(policy, Policy) else load(policy)
+        self.policy = resolve(policy, none_ok=False)
 
     def __enter__(self) -> Policy:
         _override.append(self.policy)

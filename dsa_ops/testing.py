@@ -93,5 +93,5 @@ def assert_prefill_equivalent(
     assert_window_equivalent(got, logits, row_starts, row_ends, k, stable=stable)
 
 
-# The name the issues use for the generic checker.
+# The generic checker's other name (the one the style guide's test sketch uses).
 assert_topk_equivalent = assert_window_equivalent

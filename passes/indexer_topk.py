@@ -114,9 +114,12 @@ def _generic_decode_nodes(graph: fx.Graph) -> Iterable[tuple[fx.Node, str, tuple
             yield node, "auto_functionalized", (), dict(node.kwargs)
 
 
-def rewrite_graph(graph: fx.Graph, policy: Optional[policy_mod.Policy] = None) -> list[Rewrite]:
-    """Retarget every generic decode node in ``graph``; return what was done."""
-    pol = policy or policy_mod.current()
+def rewrite_graph(graph: fx.Graph, policy: policy_mod.PolicyArg = None) -> list[Rewrite]:
+    """Retarget every generic decode node in ``graph``; return what was done.
+
+    ``policy``: a Policy, a policy JSON path or None (:func:`dsa_ops.policy.current`).
+    """
+    pol = policy_mod.resolve(policy) or policy_mod.current()
     done = []
     for node, form, args, kwargs in _generic_decode_nodes(graph):
         logits = _arg(args, kwargs, "logits")
@@ -142,7 +145,7 @@ def rewrite_graph(graph: fx.Graph, policy: Optional[policy_mod.Policy] = None) -
     return done
 
 
-def rewrite_topk(gm_or_graph: Union[fx.GraphModule, fx.Graph], policy: Optional[policy_mod.Policy] = None) -> int:
+def rewrite_topk(gm_or_graph: Union[fx.GraphModule, fx.Graph], policy: policy_mod.PolicyArg = None) -> int:
     """Plain FX entry point (aot_eager, custom backends): rewrite in place, return the count."""
     graph = gm_or_graph.graph if isinstance(gm_or_graph, fx.GraphModule) else gm_or_graph
     n = len(rewrite_graph(graph, policy))
@@ -161,14 +164,16 @@ class IndexerTopKPass(CustomGraphPass):
     """Inductor post-grad pass: decode top-k nodes -> the policy's backend op.
 
     Args:
-        policy: a :class:`dsa_ops.policy.Policy`; None reads :func:`dsa_ops.policy.current`
-            at each call (and at each :meth:`uuid`).
+        policy: a :class:`dsa_ops.policy.Policy`, or the path of a policy JSON file (read
+            here, once); None reads :func:`dsa_ops.policy.current` at each call (and at each
+            :meth:`uuid`). Anything else, or a path with no file, is an ArgumentError (a
+            ValueError) raised here, not at compile time.
 
     ``rewrites`` accumulates every :class:`Rewrite` made; ``count`` is its length.
     """
 
-    def __init__(self, policy: Optional[policy_mod.Policy] = None) -> None:
-        self.policy = policy
+    def __init__(self, policy: policy_mod.PolicyArg = None) -> None:
+        self.policy = policy_mod.resolve(policy)
         self.rewrites: list[Rewrite] = []
 
     @property

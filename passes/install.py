@@ -51,25 +51,30 @@ def compose(existing: Any, ours: GraphPass) -> GraphPass:
     return ComposedPass([existing, ours])
 
 
-def inductor_options(policy: Optional[policy_mod.Policy] = None, existing: Any = None,
+def inductor_options(policy: policy_mod.PolicyArg = None, existing: Any = None,
                      pass_: Optional[IndexerTopKPass] = None) -> dict[str, Any]:
     """Options for ``torch.compile(options=...)`` that add the pass after ``existing``.
+
+    ``policy`` is what :class:`IndexerTopKPass` takes (a Policy, a JSON path or None),
+    checked here.
 
     Example:
         >>> torch.compile(step, fullgraph=True, options=passes.inductor_options())  # doctest: +SKIP
     """
     from torch._inductor import config
 
+    pol = policy_mod.resolve(policy)
     if existing is None:
         existing = config.post_grad_custom_post_pass
-    return {"post_grad_custom_post_pass": compose(existing, pass_ or IndexerTopKPass(policy))}
+    return {"post_grad_custom_post_pass": compose(existing, pass_ or IndexerTopKPass(pol))}
 
 
 @contextlib.contextmanager
-def install(policy: Optional[policy_mod.Policy] = None) -> Iterator[IndexerTopKPass]:
+def install(policy: policy_mod.PolicyArg = None) -> Iterator[IndexerTopKPass]:
     """Scoped install into ``torch._inductor.config`` (composed with what is there).
 
-    Yields the pass, whose ``rewrites`` list what it did. The previous value is restored
+    ``policy`` is what :class:`IndexerTopKPass` takes (a Policy, a JSON path or None),
+    checked on entry. Yields the pass, whose ``rewrites`` list what it did. The previous value is restored
     on exit. Compilation happens at the first call, and Inductor reads its config at each
     compile: a graph compiled after the block (a recompile on a new shape, say) runs
     without the pass. It still computes the right answer (the generic op's kernel is the
@@ -81,7 +86,7 @@ def install(policy: Optional[policy_mod.Policy] = None) -> Iterator[IndexerTopKP
 
     from dsa_ops import ops
 
-    ours = IndexerTopKPass(policy)
+    ours = IndexerTopKPass(policy)  # checks the policy before anything is patched
     try:
         with config.patch(post_grad_custom_post_pass=compose(config.post_grad_custom_post_pass, ours)):
             yield ours

@@ -25,7 +25,7 @@ import copy
 import functools
 from typing import Any, Optional, TypeVar
 
-from dsa_ops.policy import Policy
+from dsa_ops.policy import Policy, PolicyArg, resolve
 
 PASS_KEY = "post_grad_custom_post_pass"
 ENV_VAR = "DSA_OPS_VLLM_PASS"
@@ -68,19 +68,21 @@ def _has_ours(existing: Any) -> bool:
     return isinstance(existing, VllmComposedPass) and existing.topk_pass is not None
 
 
-def install(compilation_config: Any, policy: Optional[Policy] = None, *, replace: bool = True) -> None:
+def install(compilation_config: Any, policy: PolicyArg = None, *, replace: bool = True) -> None:
     """Install the pass into a vLLM ``CompilationConfig`` in place.
 
     Args:
         compilation_config: a ``vllm.config.CompilationConfig``.
-        policy: the :class:`dsa_ops.policy.Policy`; None reads ``dsa_ops.policy.current()``
-            (``$DSA_OPS_POLICY`` or the default) whenever the pass runs or is hashed.
+        policy: the :class:`dsa_ops.policy.Policy` or a policy JSON path (read here, once);
+            None reads ``dsa_ops.policy.current()`` (``$DSA_OPS_POLICY`` or the default)
+            whenever the pass runs or is hashed.
         replace: if our pass is already there, replace it (True) or leave it (False).
 
     A pass named in ``inductor_passes[PASS_KEY]`` has already been resolved into
     ``inductor_compile_config`` by vLLM; it is composed with ours and the name removed,
     so a later re-validation cannot put it back in place of the composition.
     """
+    policy = resolve(policy)
     icc = compilation_config.inductor_compile_config
     if not isinstance(icc, dict):
         raise ValueError(f"compilation_config: inductor_compile_config must be a dict, got {type(icc).__name__}")
@@ -94,13 +96,15 @@ def install(compilation_config: Any, policy: Optional[Policy] = None, *, replace
         }
 
 
-def add_to_compilation_config(config: C, policy: Optional[Policy] = None) -> C:
+def add_to_compilation_config(config: C, policy: PolicyArg = None) -> C:
     """A copy of ``config`` whose post-grad hook also runs :class:`passes.IndexerTopKPass`.
 
     Args:
         config: a ``vllm.config.CompilationConfig``, or a dict of its fields (what
             ``LLM(compilation_config=...)`` and ``EngineArgs`` accept). Not modified.
-        policy: the routing policy; None reads ``dsa_ops.policy.current()`` at compile time.
+        policy: the routing policy: a :class:`dsa_ops.policy.Policy` or a policy JSON path
+            (read here, once, and carried in the config to every vLLM process); None reads
+            ``dsa_ops.policy.current()`` at compile time, in each process.
 
     Returns:
         The same type: a deep-copied ``CompilationConfig``, or a new dict (other entries
@@ -108,7 +112,9 @@ def add_to_compilation_config(config: C, policy: Optional[Policy] = None) -> C:
         previous dsa_ops pass is replaced, not doubled.
 
     Raises:
-        ValueError: ``config`` is neither; its ``inductor_compile_config`` is not a dict; a
+        ValueError: ``policy`` is none of those, or names no file (an ArgumentError naming
+            it, raised before vLLM is imported); ``config`` is neither; its
+            ``inductor_compile_config`` is not a dict; a
             dict names ``inductor_passes["post_grad_custom_post_pass"]`` (vLLM would resolve
             that name later and overwrite the composition: build the ``CompilationConfig``
             first and pass that instead).
@@ -116,6 +122,7 @@ def add_to_compilation_config(config: C, policy: Optional[Policy] = None) -> C:
     Example:
         >>> llm = vllm.LLM(model, compilation_config=add_to_compilation_config({"mode": 3}))  # doctest: +SKIP
     """
+    policy = resolve(policy)
     if isinstance(config, dict):
         if PASS_KEY in (config.get("inductor_passes") or {}):
             raise ValueError(

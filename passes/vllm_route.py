@@ -1,4 +1,4 @@
-"""Eager routing of stock vLLM 0.33.0's DSA indexer top-k through dsa-ops (issue 21).
+"""Eager routing of stock vLLM 0.33.0's DSA indexer top-k through dsa-ops.
 
 vLLM 0.33.0 never torch.compiles ``DeepseekV32ForCausalLM`` / ``GlmMoeDsaForCausalLM``
 (their configs end at compilation mode NONE), so :class:`passes.IndexerTopKPass` never

@@ -35,6 +35,32 @@ def test_explain_prints_rewrites_guards_and_uuid(capsys):
     assert "pass uuid: " in text
 
 
+def _policy_md_table() -> dict[str, list[tuple[int, str]]]:
+    """docs/policy.md's table of the default rules: family -> [(#, backend), ...]."""
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "policy.md").read_text(encoding="utf-8")
+    rows: dict[str, list[tuple[int, str]]] = {"decode": [], "prefill": []}
+    for fam, n, backend in re.findall(r"^\| (decode|prefill) \| (\d+) \| [^|]+ \| `(\w+)`", text, flags=re.M):
+        rows[fam].append((int(n), backend))
+    return rows
+
+
+def test_explain_numbers_rules_as_the_policy_doc_does(capsys):
+    """explain's "decode rule N" is the N of docs/policy.md's table of the default rules,
+    which lists every default rule in order, numbered from 1."""
+    from dsa_ops import policy as P
+
+    table = _policy_md_table()
+    for fam in ("decode", "prefill"):
+        rules = getattr(P.DEFAULT, fam)
+        assert table[fam] == [(i, r.backend) for i, r in enumerate(rules, 1)], fam
+    assert cli.main(["explain", "--width", "4096", "--layers", "1"]) == 0
+    n = next(i for i, b in table["decode"] if b == "reference")
+    assert f"why: decode rule {n}: pure PyTorch reference" in capsys.readouterr().out
+
+
 def test_explain_with_policy_file(tmp_path, capsys):
     from dsa_ops import policy as P
 
@@ -157,3 +183,19 @@ def test_bench_side_by_side_counts_targets_from_the_runs_own_timings():
     assert "- cuda: decode target held at 1 of 3 shapes; prefill at 1 of 2 chunks." in text
     assert "vllm_cooperative us (/ peer)" not in text and "reference us" not in text  # peers and reference: no column
     assert _side_by_side([r for r in records if r["backend"] == "cuda"], names) == ""
+
+
+def test_help_and_bench_notes_name_no_issue_numbers(capsys):
+    """What a user reads (every command's --help, the notes bench writes into bench.md) says
+    what the targets are rather than citing the tracker ("the issue-23 targets")."""
+    import re
+
+    from dsa_ops.commands import bench
+
+    ref = re.compile(r"\bissues?[- ]?#?\d+|\bthe issue'?s?\b", re.I)
+    texts = {"bench.SIDES_NOTE": bench.SIDES_NOTE}
+    for name in cli.COMMANDS:
+        with pytest.raises(SystemExit):
+            cli.main([name, "--help"])
+        texts[f"{name} --help"] = capsys.readouterr().out
+    assert {k: ref.findall(v) for k, v in texts.items() if ref.search(v)} == {}

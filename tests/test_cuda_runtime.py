@@ -42,6 +42,18 @@ def test_cache_key_covers_source_arch_compiler_and_options():
     assert cache.source_hash(SRC) != cache.source_hash(SRC.replace("1.0f", "2.0f"))
 
 
+def test_cache_key_covers_named_headers():
+    base = cache.cache_key(SRC, "sm_90a", (13, 0), ())
+    assert cache.cache_key(SRC, "sm_90a", (13, 0), (), {}) == base  # no headers: the key as before
+    key = cache.cache_key(SRC, "sm_90a", (13, 0), (), {"a.cuh": "int x;"})
+    others = {base, cache.cache_key(SRC, "sm_90a", (13, 0), (), {"a.cuh": "int y;"}),
+              cache.cache_key(SRC, "sm_90a", (13, 0), (), {"b.cuh": "int x;"})}
+    assert key not in others and len(others) == 3
+    prog = Program("p", SRC, headers={"a.cuh": "int x;"})
+    assert prog.digest == cache.program_hash(SRC, {"a.cuh": "int x;"}) != Program("p", SRC).digest
+    assert Program("p", SRC).digest == cache.source_hash(SRC)
+
+
 def test_cache_dir_from_environment(monkeypatch, tmp_path):
     monkeypatch.setenv("DSA_OPS_CUDA_CACHE", str(tmp_path / "c"))
     assert cache.cache_dir() == tmp_path / "c"
@@ -205,6 +217,19 @@ def test_nvrtc_compiles_for_hopper():
 
 
 @needs_nvrtc
+def test_nvrtc_compiles_with_named_headers():
+    """#include "name" finds the text given for name (nothing is read from disk), a header
+    may include another, and a missing one is a compile error naming it."""
+    headers = {"k.cuh": '#pragma once\n#include "v.cuh"\nextern "C" __global__ void k(float* x) { x[0] = V; }\n',
+               "v.cuh": "#pragma once\nconstexpr float V = 2.0f;\n"}
+    main = '#include "k.cuh"\n#include "k.cuh"\n'  # once: #pragma once holds
+    cubin, _ = nvrtc.compile_cubin(main, "m.cu", "sm_90a", headers=headers)
+    assert cubin[:4] == b"\x7fELF"
+    with pytest.raises(NvrtcError, match="v.cuh"):
+        nvrtc.compile_cubin(main, "m.cu", "sm_90a", headers={"k.cuh": headers["k.cuh"]})
+
+
+@needs_nvrtc
 def test_nvrtc_compile_error_carries_the_log():
     with pytest.raises(NvrtcError, match="undefined_name"):
         nvrtc.compile_cubin('extern "C" __global__ void k() { undefined_name(); }', "bad.cu", "sm_90a")
@@ -222,6 +247,6 @@ def test_program_cubin_is_cached_on_disk(monkeypatch, tmp_path):
 
 @needs_nvrtc
 def test_floor_kernels_compile_and_reference_holds():
-    from dsa_ops.devtools import cuda_floors
+    cuda_floors = pytest.importorskip("lab.cuda_floors", reason="lab/ is in a checkout, not in the wheel")
 
     cuda_floors.selfcheck()

@@ -18,6 +18,7 @@ import pytest
 import torch
 
 import dsa_ops
+import dsa_ops.backends.cuda as cuda_api
 from dsa_ops.backends.cuda import topk
 from dsa_ops.backends.cuda.topk import Plan, SoloPlan, SplitPlan, make_plan, solo_plan, split_plan
 from dsa_ops.testing import assert_decode_equivalent, assert_prefill_equivalent
@@ -26,6 +27,7 @@ from tests.data import from_bits, logits as make_logits, sliced
 
 H200 = dict(sms=132, smem_max=232448)
 H200_SM = 233472  # shared memory a multiprocessor
+H200_FACTS = topk.DeviceFacts(H200["sms"], H200["smem_max"], H200_SM)
 
 
 # ---------------------------------------------------------------- plan (CPU)
@@ -132,15 +134,15 @@ def test_split_plan_shapes(rows, width, want):
     (1, 133120, False, SplitPlan), (64, 1 << 20, False, SplitPlan),  # stable=False: no bitmaps, so
     (65, 1 << 20, False, SoloPlan), (4096, 1 << 20, False, SoloPlan),  # the width never picks the kernel
 ])
-def test_default_plan_choice(monkeypatch, rows, width, ordered, kind):
-    monkeypatch.setattr(topk, "_device_facts", lambda index: (H200["sms"], H200["smem_max"]))
-    monkeypatch.setattr(topk, "_smem_per_sm", lambda index: H200_SM)
-    topk._plan.cache_clear()
-    try:
-        p = topk._plan(rows, width, 0, ordered)
-    finally:
-        topk._plan.cache_clear()
+def test_default_plan_choice(rows, width, ordered, kind):
+    launch = cuda_api.plan(rows, width, stable=ordered, facts=H200_FACTS)  # the public plan API
+    p = launch.shape
     assert type(p) is kind
+    assert launch.kernel == {Plan: "topk_rows", SoloPlan: "topk_solo", SplitPlan: "topk_split"}[kind] + (
+        "_many" if kind is Plan and rows * p.cluster > H200["sms"] else "")
+    assert (launch.rows, launch.width, launch.ordered, launch.grid, launch.shared) == (
+        rows, width, ordered, rows * p.cluster, p.shared)
+    assert launch.cluster == (None if kind is SoloPlan else (p.cluster, 1, 1))
     if kind is SplitPlan:
         assert p == split_plan(rows, width, H200["sms"], H200_SM, ordered=ordered)
     if kind is not Plan:
@@ -233,13 +235,18 @@ def test_backend_is_registered_and_explains_itself():
 
 
 def test_kernel_source_ships_with_the_package():
-    assert topk.SOURCE.is_file() and "topk_rows" in topk.SOURCE.read_text()
-    assert topk.SOLO_SOURCE.is_file() and "topk_solo" in topk._PROGRAM.source
     import tomllib
     from pathlib import Path
 
+    for name in topk.FILES:  # every file of the program ships, and each source includes what it uses
+        assert (topk.FOLDER / name).is_file()
+        if name.endswith(".cu"):
+            assert '#include "common.cuh"' in (topk.FOLDER / name).read_text()
+    for kernel in ("topk_rows", "topk_rows_many", "topk_solo", "topk_split"):
+        assert kernel in "".join(cuda_api.program().headers.values())
     cfg = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
-    assert "*.cu" in cfg["tool"]["setuptools"]["package-data"]["dsa_ops.backends.cuda"]
+    data = cfg["tool"]["setuptools"]["package-data"]["dsa_ops.backends.cuda"]
+    assert "*.cu" in data and "*.cuh" in data
 
 
 # ---------------------------------------------------------------- GPU
@@ -427,7 +434,7 @@ def test_solo_sample_that_misses_falls_back():
 @needs_cuda
 def test_solo_prefill_is_the_default_for_chunks_and_replays(gen):
     rows, width = 400, 60000
-    assert isinstance(topk._plan(rows, width, torch.cuda.current_device()), SoloPlan)
+    assert isinstance(cuda_api.plan(rows, width).shape, SoloPlan)
     g = torch.Generator(device="cuda").manual_seed(3)
     x = torch.randn(rows, width, device="cuda", generator=g)
     s = torch.zeros(rows, dtype=torch.int32, device="cuda")
@@ -473,7 +480,7 @@ def test_unordered_plans_take_a_million_columns(rows):
     sample planted to miss either way at those long rows, every key equal (the fallback's
     unordered emission with ties), all against the contract."""
     width, k = 1 << 20, 2048
-    plan = topk._plan(rows, width, torch.cuda.current_device(), False)
+    plan = cuda_api.plan(rows, width, stable=False).shape
     assert isinstance(plan, SplitPlan if rows <= topk.SPLIT_ROWS else SoloPlan) and plan.words == 0
     g = torch.Generator(device="cuda").manual_seed(rows)
     x = torch.randn(rows, width, device="cuda", generator=g)
@@ -690,45 +697,78 @@ def test_opcheck_on_the_gpu(gen, family, stable):
 
 
 def test_prepared_launch_refills_its_arguments(monkeypatch):
-    """CPU: a prepared launch (one per function, grid, plan, stream, thread) passes each
-    call's own pointers and ints; the config's shape and shared memory follow the plan."""
+    """CPU: a prepared launch (one per function, plan, stream, build, thread) passes each
+    call's own pointers and ints in the order of the plan's argument list; the config's grid,
+    block, cluster and shared memory follow the plan."""
     import ctypes
 
     from dsa_ops.backends.cuda import driver
     from dsa_ops.backends.cuda.kernel import Function
 
     seen = []
-    types = [topk._Launch._TYPES]  # what the launch being checked packs
+    types = []  # what the launch being checked packs
 
     def fake_launch(handle, cfg, params):
         vals = [ctypes.cast(params[i], ctypes.POINTER(t)).contents.value for i, t in enumerate(types[0])]
-        seen.append((handle, tuple(cfg.grid), tuple(cfg.block), cfg.shared_bytes, vals))
+        seen.append((handle, tuple(cfg.grid), tuple(cfg.block), cfg.shared_bytes, cfg.num_attrs, vals))
 
     monkeypatch.setattr(driver, "launch", fake_launch)
-    plan = Plan(4, 6144)
-    run = topk._Launch(Function("f", 77, 0, "sm_90a", 232448), 12, plan, 0)
-    for ptr, k in ((1000, 16), (2000, 2048)):
-        run(ptr, 5000, 4999, ptr + 1, ptr + 2, ptr + 3, 1, 2, k, ptr + 4, 4, 6144, 4096, 12288, None)
-    assert [s[:4] for s in seen] == [(77, (12, 1, 1), (topk.THREADS, 1, 1), plan.shared)] * 2
-    assert seen[0][4] == [1000, 5000, 4999, 1001, 1002, 1003, 1, 2, 16, 1004, 4, 6144, 4096, 12288, None]
-    assert seen[1][4][0] == 2000 and seen[1][4][8] == 2048
+    x = torch.zeros(3, 5000)
+    lens, starts, ends = (torch.zeros(3, dtype=torch.int32) for _ in range(3))
+    out = torch.empty(3, 16, dtype=torch.int32)
+    ptrs = [x.data_ptr(), 5000, 5000, lens.data_ptr(), starts.data_ptr(), ends.data_ptr()]
+    lp = cuda_api.plan(3, 5000, facts=H200_FACTS, shape=Plan(4, 6144))
+    assert (lp.kernel, lp.grid, lp.cluster, lp.shared) == ("topk_rows", 12, (4, 1, 1), Plan(4, 6144).shared)
+    assert lp.arg_names()[-5:] == ("out", "C", "stage_keys", "cand_keys", "solo_max")
+    run = topk._Launch(Function("f", 77, 0, "sm_90a", 232448), lp, 0)
+    types[:] = [lp.arg_types()]
+    for k in (16, 2048):
+        run(lp.args(x, lens, starts, ends, 1, 2, k, out))
+    assert [s[:5] for s in seen] == [(77, (12, 1, 1), (topk.THREADS, 1, 1), lp.shared, 1)] * 2
+    assert seen[0][5] == ptrs + [1, 2, 16, out.data_ptr(), 4, 6144, 4096, 0]
+    assert seen[1][5][8] == 2048
+    assert cuda_api.plan(200, 5000, facts=H200_FACTS, shape=Plan(4, 6144)).kernel == "topk_rows_many"
     solo = SoloPlan(16000, 4160)
-    run = topk._Launch(Function("g", 78, 0, "sm_90a", 232448), 300, solo, 0)
+    lp = cuda_api.plan(3, 5000, facts=H200_FACTS, shape=solo, stable=False)
+    assert (lp.kernel, lp.grid, lp.cluster) == ("topk_solo", 3, None)
+    run = topk._Launch(Function("g", 78, 0, "sm_90a", 232448), lp, 0)
     seen.clear()
-    types[0] = topk._Launch._SOLO_TYPES
-    run(1000, 5000, 4999, 1001, 1002, 1003, 2, 1, 2048, 1004, 16000, 4160, 0, None)
-    assert seen == [(78, (300, 1, 1), (topk.THREADS, 1, 1), solo.shared,
-                     [1000, 5000, 4999, 1001, 1002, 1003, 2, 1, 2048, 1004, 16000, 4160, 0, None])]
+    types[:] = [lp.arg_types()]
+    run(lp.args(x, lens, starts, ends, 2, 1, 2048, out))
+    assert seen == [(78, (3, 1, 1), (topk.THREADS, 1, 1), solo.shared, 0,
+                     ptrs + [2, 1, 2048, out.data_ptr(), 16000, 4160, 0])]
     split = SplitPlan(8, 16384, 0, 12288, 16384)
     assert split.shared == 4 * (2 * 2048 + 16384 + 16384)  # the stage after the buffer
-    run = topk._Launch(Function("h", 79, 0, "sm_90a", 232448), 64, split, 0)
+    lp = cuda_api.plan(3, 5000, facts=H200_FACTS, shape=split, stable=False)
+    assert (lp.kernel, lp.grid, lp.cluster) == ("topk_split", 24, (8, 1, 1))
+    stamps = torch.zeros(24, 16, dtype=torch.int64)  # a lab build: the stamp buffer last
+    assert lp.arg_types(profile=True) == lp.arg_types() + (ctypes.c_void_p,)
+    assert lp.arg_names(profile=True)[-1] == "stamps"
+    run = topk._Launch(Function("h", 79, 0, "sm_90a", 232448), lp, 0, profile=True)
     seen.clear()
-    types[0] = topk._Launch._SPLIT_TYPES
-    run(1000, 5000, 4999, 1001, 1002, 1003, 0, 1, 2048, 1004, 8, 16384, 0, 12288, 0, 16384, None)
-    assert seen == [(79, (64, 1, 1), (topk.THREADS, 1, 1), split.shared,
-                     [1000, 5000, 4999, 1001, 1002, 1003, 0, 1, 2048, 1004, 8, 16384, 0, 12288, 0, 16384, None])]
+    types[:] = [lp.arg_types(profile=True)]
+    run(lp.args(x, lens, starts, ends, 0, 1, 2048, out, stamps, profile=True))
+    assert seen == [(79, (24, 1, 1), (topk.THREADS, 1, 1), split.shared, 1,
+                     ptrs + [0, 1, 2048, out.data_ptr(), 8, 16384, 0, 12288, 0, 16384, stamps.data_ptr()])]
     with pytest.raises(ValueError, match="shared memory"):
-        topk._Launch(Function("f", 77, 0, "sm_90a", 1024), 12, plan, 0)
+        topk._Launch(Function("f", 77, 0, "sm_90a", 1024), cuda_api.plan(3, 5000, facts=H200_FACTS,
+                                                                           shape=Plan(4, 6144)), 0)
+
+
+def test_stamps_need_a_lab_build():
+    """CPU: the shipped build's kernels take no stamp buffer; asking for stamps from it is an
+    error before any launch, and a lab build is known from its options."""
+    x = torch.zeros(2, 5000)
+    lens = torch.full((2,), 5000, dtype=torch.int32)
+    out = torch.empty(2, 16, dtype=torch.int32)
+    with pytest.raises(ValueError, match="stamps: the shipped build"):
+        topk.launch(x, lens, lens, lens, 0, 1, 16, out, stamps=torch.zeros(2, 16, dtype=torch.int64))
+    assert not topk.profiling(cuda_api.program())
+    lab = cuda_api.program(profile=1)
+    assert topk.profiling(lab) and lab is cuda_api.program(1) and lab.headers == cuda_api.program().headers
+    assert "-DDSA_OPS_PROFILE=2" in cuda_api.program(2).options
+    with pytest.raises(ValueError, match="profile"):
+        cuda_api.program(3)
 
 
 @pytest.mark.parametrize("stable", [True, False])
@@ -748,7 +788,7 @@ def test_writers_pass_the_mode_to_the_kernel(monkeypatch, stable):
 def test_variants_tool_passes_unordered_checks_and_fails_on_a_fail():
     """CPU: the devtool's exit status (run 16 exited 1 with every check passing: the
     unordered variants' "ok (any order)" was not counted as a pass)."""
-    from dsa_ops.devtools.cuda_topk_variants import all_ok
+    all_ok = pytest.importorskip("lab.cuda_topk_variants", reason="lab/ is in a checkout, not in the wheel").all_ok
 
     assert all_ok([{"check": "ok"}, {"check": "ok (any order)"}, {"check": "differs (not exact)"}])
     assert not all_ok([{"check": "ok"}, {"check": "FAIL rows differ"}])

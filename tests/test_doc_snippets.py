@@ -123,6 +123,39 @@ def test_snippet_runs(snip, tmp_path, monkeypatch):
     _namespaces[snip.page] = ns
 
 
+PRINTS_REWRITES = re.compile(r"^print\((\w+)\.rewrites\)", re.M)
+REWRITE_PRINTERS = [s for s in ALL if PRINTS_REWRITES.search(s.code) and not (s.skip or s.needs)]
+
+
+def _chain(snip: Snippet) -> list[Snippet]:
+    """The blocks that run for ``snip``: back to its page's last block that does not continue."""
+    page = [s for s in ALL if s.page == snip.page]
+    i = j = page.index(snip)
+    while page[j].continues:
+        j -= 1
+    return page[j:i + 1]
+
+
+def test_the_rewrite_printers_are_found():
+    assert {s.page.name for s in REWRITE_PRINTERS} >= {"README.md", "policy.md"}
+
+
+@pytest.mark.parametrize("snip", REWRITE_PRINTERS, ids=[s.id for s in REWRITE_PRINTERS])
+def test_snippet_prints_rewrites_every_time(snip, tmp_path, monkeypatch, capsys):
+    """A snippet that prints a pass's rewrites prints some on every run: run twice in one
+    process (the second as a re-run of the program: dynamo reset, Inductor's FX graph cache
+    kept), a cache hit would skip the pass and print ``[]``."""
+    monkeypatch.chdir(tmp_path)
+    name = PRINTS_REWRITES.search(snip.code).group(1)
+    for run in (1, 2):
+        torch._dynamo.reset()
+        ns = {"__name__": "__snippet__"}
+        for s in _chain(snip):
+            exec(compile(s.code, s.id, "exec"), ns)  # noqa: S102 - the docs' own code
+        out = capsys.readouterr().out
+        assert ns[name].rewrites and "Rewrite(" in out, f"run {run} of {snip.id} printed {out!r}"
+
+
 def test_ci_runs_the_readme_commands():
     """The README says CI runs exactly its set-up commands: each command of its first
     ```bash block after the install (``dsa-ops demo``, the pytest line) is a line of .ci/run."""
@@ -134,3 +167,13 @@ def test_ci_runs_the_readme_commands():
     assert "dsa-ops demo" in wanted and any(c.startswith("python -m pytest") for c in wanted), commands
     ci = [line.strip() for line in (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()]
     assert [c for c in wanted if c not in ci] == []
+
+
+def test_vllm_doc_says_how_ci_runs_the_vllm_tests():
+    """docs/vllm.md's commands for the vLLM tests are .ci/vllm-tests's: the `test` extra
+    (the `vllm` extra brings no pytest) and pytest on tests/vllm with DSA_OPS_REQUIRE_VLLM=1."""
+    doc = (ROOT / "docs" / "vllm.md").read_text(encoding="utf-8")
+    ci = (ROOT / ".ci" / "vllm-tests").read_text(encoding="utf-8")
+    assert 'pip install -e ".[vllm,test]"' in doc and 'pip install -q -e ".[test]"' in ci
+    run = "DSA_OPS_REQUIRE_VLLM=1 python -m pytest tests/vllm -q -rs"
+    assert run in doc and run in ci

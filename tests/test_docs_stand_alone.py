@@ -73,3 +73,14 @@ def test_paths_named_in_the_user_docs_exist(page):
     named = set(re.findall(r"`((?:docs|dsa_ops|passes|tests|\.ci)/[\w./-]+)`", text))
     missing = sorted(n for n in named if not (ROOT / n).exists() and not (page.parent / n).exists())
     assert missing == []
+
+
+ISSUE_REF = re.compile(r"\bissues?[- ]?#?\d+|\bthe issue'?s?\b", re.I)
+
+
+def test_user_docs_name_no_issue_numbers():
+    """The tracker is not in the clone: the docs say what a target or a change is instead of
+    citing an issue by number ("issue 23's targets", "the issue's harness")."""
+    hits = [f"{_rel(p)}:{i}: {line.strip()[:80]}" for p in USER_DOCS
+            for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1) if ISSUE_REF.search(line)]
+    assert hits == []

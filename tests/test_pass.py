@@ -11,6 +11,7 @@ import passes
 from dsa_ops import ops
 from dsa_ops import policy as P
 from dsa_ops.testing import assert_decode_equivalent
+from dsa_ops.validate import ArgumentError
 from tests.standins import standin_backend
 
 GENERIC = ops.generic_op("decode")
@@ -241,3 +242,60 @@ def test_persistent_form_survives_recompiles():
                 warnings.simplefilter("error", UserWarning)
                 assert_decode_equivalent(compiled(x, lengths), x, lengths, 32)
     assert pass_.count == 2 and all(r.backend == "torch_topk" for r in pass_.rewrites)
+
+
+# --- the policy argument: checked where it is passed, the same in every entry point -----
+
+def _entry_points():
+    """Each public way to hand the pass a policy, as ``policy -> pass``."""
+    import contextlib
+
+    def scoped(policy):
+        with contextlib.ExitStack() as stack:
+            return stack.enter_context(passes.install(policy))
+
+    return [
+        pytest.param(passes.IndexerTopKPass, id="IndexerTopKPass"),
+        pytest.param(lambda p: passes.inductor_options(p)["post_grad_custom_post_pass"], id="inductor_options"),
+        pytest.param(scoped, id="install"),
+    ]
+
+
+@pytest.mark.parametrize("make", _entry_points())
+def test_policy_path_is_read_at_once(make, tmp_path):
+    """A path (str or os.PathLike) is read where it is passed, as ``policy.use`` does."""
+    path = tmp_path / "p.json"
+    P.save(_policy_to("torch_topk"), path)
+    for arg in (path, str(path)):
+        assert make(arg).policy == P.load(path)
+
+
+@pytest.mark.parametrize("make", _entry_points())
+def test_missing_policy_file_is_refused_at_once(make, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    missing = tmp_path / "missing.json"
+    with pytest.raises(ValueError, match=r"^policy: policy file '.*missing\.json' does not exist"):
+        make(str(missing))
+    with pytest.raises(ValueError, match=r"^policy: policy file 'missing\.json' does not exist \(relative to"):
+        make("missing.json")
+    with pytest.raises(ValueError, match=r"^policy: policy file .* is a directory"):
+        make(tmp_path)
+
+
+@pytest.mark.parametrize("make", _entry_points())
+@pytest.mark.parametrize("bad", [12345, b"p.json", {"decode": []}, P.DEFAULT.decode])
+def test_policy_of_another_type_is_refused_at_once(make, bad):
+    with pytest.raises(ArgumentError, match=r"^policy: expected a dsa_ops\.policy\.Policy, a path to a policy JSON file "
+                                          r"\(str or os\.PathLike\) or None, got "):
+        make(bad)
+
+
+def test_rewrite_topk_takes_a_policy_path(tmp_path):
+    path = tmp_path / "p.json"
+    P.save(_policy_to("torch_topk"), path)
+    x, lengths = _inputs()
+    gm = torch.fx.symbolic_trace(lambda x, l: GENERIC(x, l, 32))
+    assert passes.rewrite_topk(gm, path) == 1
+    assert_decode_equivalent(gm(x, lengths), x, lengths, 32)
+    with pytest.raises(ValueError, match=r"^policy: expected"):
+        passes.rewrite_topk(gm, 12345)

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from dsa_ops import policy as P
+from dsa_ops.validate import ArgumentError
 from tests.standins import standin_backend
 
 
@@ -155,3 +156,15 @@ def test_env_var_file_is_read_again_when_it_changes(tmp_path, monkeypatch):
     path.unlink()
     with pytest.raises(ValueError, match="cannot read"):
         P.current()
+
+
+@pytest.mark.parametrize("bad, match", [
+    (0, r"^policy: expected a dsa_ops\.policy\.Policy, a path to a policy JSON file \(str or os\.PathLike\), "
+        r"got int 0"),  # open(0) would have read stdin
+    (None, r"^policy: expected .*, got NoneType"),
+    ("missing.json", r"^policy: policy file 'missing\.json' does not exist"),
+])
+def test_use_refuses_what_is_not_a_policy(bad, match, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ArgumentError, match=match):
+        P.use(bad)

@@ -80,8 +80,8 @@ def test_choice_by_rows_records_why_a_symbolic_range_missed_the_band():
         straddle = pol.choose("decode", _facts(rows_bounds=(2, 128)))
         assert straddle.backend == "reference"
         assert straddle.skipped == (
-            f"rule 0 ({FEW}): the row count is symbolic in [2, 128], not inside the row band [0, 64)",
-            f"rule 1 ({MANY}): the row count is symbolic in [2, 128], not inside the row band [64, inf)")
+            f"rule 1 ({FEW}): the row count is symbolic in [2, 128], not inside the row band [0, 64)",
+            f"rule 2 ({MANY}): the row count is symbolic in [2, 128], not inside the row band [64, inf)")
         # concrete rows outside a band are no reason to list the rule
         assert pol.choose("decode", _facts(rows=100)).skipped == ()
 

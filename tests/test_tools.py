@@ -1,6 +1,7 @@
-"""The developer probes (``dsa_ops.devtools``) that run without a GPU: the offline sm_90 compile
-of the radix kernel, the stall report, the read and floor probes' kernels under the interpreter,
-each run the way its docstring says (``python -m dsa_ops.devtools.<probe>``)."""
+"""The lab's probes (``lab/``, in a checkout, outside the wheel) that run without a GPU: the
+offline sm_90 compile of the radix kernel, the stall report, the read and floor probes' kernels
+under the interpreter, each run the way its docstring says (``python -m lab.<probe>`` from the
+repository root). Skips where ``lab`` is not importable (an installed wheel without a checkout)."""
 
 from __future__ import annotations
 
@@ -14,18 +15,19 @@ from pathlib import Path
 import pytest
 
 triton = pytest.importorskip("triton")
+pytest.importorskip("lab", reason="lab/ is in a checkout, not in the wheel")
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
 
 
 def _tool():
-    return importlib.import_module("dsa_ops.devtools.offline_sass")
+    return importlib.import_module("lab.offline_sass")
 
 
 def _run_module(name, *args):
-    """``python -m dsa_ops.devtools.<name> ARGS`` from the repository root, as the docs say."""
+    """``python -m lab.<name> ARGS`` from the repository root, as the docs say."""
     env = {**os.environ, "TRITON_INTERPRET": "1"}
-    return subprocess.run([sys.executable, "-m", f"dsa_ops.devtools.{name}", *args], cwd=ROOT, env=env,
+    return subprocess.run([sys.executable, "-m", f"lab.{name}", *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=600)
 
 
@@ -48,9 +50,9 @@ def test_offline_sass_reports_the_read_loop(capsys, tmp_path):
 
 
 def test_ncu_stalls_groups_samples_by_loop(capsys, tmp_path):
-    """dsa_ops.devtools.ncu_stalls on a made-up source page: a 3-instruction loop with 90 of 100
+    """lab.ncu_stalls on a made-up source page: a 3-instruction loop with 90 of 100
     samples (60 long scoreboard, 30 wait), and the rows of an address range."""
-    mod = importlib.import_module("dsa_ops.devtools.ncu_stalls")
+    mod = importlib.import_module("lab.ncu_stalls")
     head = ["Address", "Source", "Warp Stall Sampling (All Samples)", "Instructions Executed", "stall_long_sb",
             "stall_wait", "stall_long_sb (Not Issued)"]
     body = [["0x100", "MOV R1, R2 ;", "10", "5", "0", "0", "0"],
@@ -86,7 +88,7 @@ def test_floor_probe_selfcheck():
 
 
 def test_host_cost_runs_and_reports_every_form(tmp_path):
-    """``python -m dsa_ops.devtools.host_cost`` prints a row per call form and writes its JSON
+    """``python -m lab.host_cost`` prints a row per call form and writes its JSON
     (a smoke run with few calls; the numbers are measured on the device, not asserted)."""
     import json
 
@@ -99,12 +101,12 @@ def test_host_cost_runs_and_reports_every_form(tmp_path):
 
 
 def test_split_replays_facts_from_made_up_stamps():
-    """dsa_ops.devtools.cuda_split_replays reads a launch's nanosecond stamps: two rows of two
+    """lab.cuda_split_replays reads a launch's nanosecond stamps: two rows of two
     CTAs, the second row's leader starting 3 us late and spending 50 us in its finish; the
     facts must name the placement spread, the span and the leaders' slowest phases."""
     import torch
 
-    tool = importlib.import_module("dsa_ops.devtools.cuda_split_replays")
+    tool = importlib.import_module("lab.cuda_split_replays")
     d = torch.zeros(4, 16, dtype=torch.float64)
     # stamps: 0 start, 2 sample, 6 read, 7 exchange, 1 count, 5 end (leaders: CTAs 0 and 2)
     for cta, t0, finish in ((0, 1000, 2000), (2, 4000, 50000)):
@@ -127,9 +129,9 @@ def test_hand_parsed_tools_answer_help(tool):
     """Tools that read sys.argv by hand print their docstring for --help and exit 0, before
     they touch a GPU or take --help for a file name."""
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    run = subprocess.run([sys.executable, "-m", f"dsa_ops.devtools.{tool}", "--help"], capture_output=True,
+    run = subprocess.run([sys.executable, "-m", f"lab.{tool}", "--help"], capture_output=True,
                          text=True, timeout=120, env=env)
-    doc = importlib.util.find_spec(f"dsa_ops.devtools.{tool}")
+    doc = importlib.util.find_spec(f"lab.{tool}")
     assert run.returncode == 0, run.stderr[-2000:]
     assert "Traceback" not in run.stderr and run.stdout.strip(), (run.stdout, run.stderr)
     assert doc is not None and run.stdout.split()[0] in Path(doc.origin).read_text()

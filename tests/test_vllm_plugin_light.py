@@ -148,3 +148,17 @@ def test_route_prefill_is_sequence_local_and_writes_a_strided_out_view():
     vllm_route.route_prefill(logits, starts, ends, wide[:, :2048], 2048, 5000)
     assert_prefill_equivalent(wide[:, :2048], logits, starts, ends, 2048)
     assert (wide[:, 2048:] == 7).all()
+
+
+@pytest.mark.parametrize("bad, match", [
+    ("missing.json", r"^policy: policy file 'missing\.json' does not exist"),
+    (12345, r"^policy: expected a dsa_ops\.policy\.Policy, a path to a policy JSON file"),
+])
+def test_add_to_compilation_config_checks_the_policy_first(bad, match, tmp_path, monkeypatch):
+    """A bad ``policy`` is refused by the helper, naming it, before vLLM is imported (it
+    used to fail at compile time, inside a vLLM worker); the same check as the pass's."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match=match):
+        passes_vllm.add_to_compilation_config({"mode": 3}, policy=bad)
+    with pytest.raises(ValueError, match=match):
+        passes_vllm.install(types.SimpleNamespace(inductor_compile_config={}, inductor_passes={}), policy=bad)

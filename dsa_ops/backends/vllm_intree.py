@@ -21,7 +21,7 @@ Known defect, documented rather than refused (contract §8 item 10): for widths
 W >= 200000 the kernel's generic split path pads with -FLT_MAX, so a valid -inf logit can
 lose to padding and a row can get fewer than min(L, k) valid indices. The insertion-sort
 path (W < 12288) also places NaN arbitrarily. Hence ``exact=False``. Measured on the H200
-(vLLM 0.33.0 built from source, ``dsa_ops.devtools.vllm_real_check``): contract-exact on
+(vLLM 0.33.0 built from source, ``lab.vllm_real_check``): contract-exact on
 finite logits, heavy ties included, at 1-80 rows, W 133120 and 1M; with special values
 (NaN, -0, +-inf, denormals) it fails 20 of 24 cases, at W = 133120 too, and leaves valid
 slots at -1 (7929 in that sweep). Whether to route

@@ -1,7 +1,7 @@
 """Backends ``vllm_persistent`` / ``vllm_cooperative``: vLLM's CUDA radix top-k kernels.
 
 Both wrap an op that vLLM 0.33.0 registers from ``_C_stable_libtorch`` (CUDA builds only;
-on ROCm the ops exist but raise), with one schema (docs/vllm-integration-notes.md §5)::
+on ROCm the ops exist but raise), with one schema (lab/notes/vllm-integration-notes.md §5)::
 
     persistent_topk(Tensor logits, Tensor lengths, Tensor! output, Tensor workspace,
                     int k, int max_seq_len) -> ()
@@ -42,7 +42,7 @@ They are decode-only: there is no window start, so no prefill. Adapters (contrac
   naming ``logits``. TMA also fetches up to 3 columns past L (rounded up to 16 bytes,
   never past the row pitch); those values are loaded but never ranked.
 * Not exact (``exact=False``), measured on the H200 with vLLM 0.33.0's kernels built from
-  source (``dsa_ops.devtools.vllm_real_check``, docs/vllm-kernels.md): both backends meet
+  source (``lab.vllm_real_check``, docs/vllm-kernels.md): both backends meet
   the contract on finite logits at every tested shape, heavy ties included (all-equal
   rows, 4 distinct values, the fp16 grid; 1-80 rows, L 3K-128K, W 133120 and 1M, graph
   replay), and no slot was left unwritten. With special values (NaN of both signs, -0,

@@ -41,7 +41,7 @@ def _supports(query: Query) -> Support:
 
 
 def _version() -> str:
-    from dsa_ops.backends.cuda import cache, topk
+    from dsa_ops.backends.cuda import topk
 
     try:
         from dsa_ops.backends.cuda import nvrtc
@@ -49,7 +49,7 @@ def _version() -> str:
         compiler = "nvrtc %d.%d" % nvrtc.version()
     except Exception:
         compiler = "nvrtc absent"
-    return f"topk.cu {cache.source_hash(topk._PROGRAM.source)[:16]}, {compiler}"
+    return f"topk.cu {topk.program().digest[:16]}, {compiler}"
 
 
 def decode(logits, lengths, k, next_n, stable, out) -> None:

@@ -1,4 +1,4 @@
-"""On-disk cubin cache: one file per (source hash, arch, NVRTC version, options).
+"""On-disk cubin cache: one file per (source and headers hash, arch, NVRTC version, options).
 
 The folder is ``$DSA_OPS_CUDA_CACHE`` if set, else ``$XDG_CACHE_HOME/dsa_ops/cuda``, else
 ``~/.cache/dsa_ops/cuda``. Files are written to a temporary name and renamed, so two
@@ -12,7 +12,7 @@ import hashlib
 import os
 import tempfile
 from pathlib import Path
-from typing import Callable, Optional, Sequence
+from typing import Callable, Mapping, Optional, Sequence
 
 # Bumped when the key's meaning or the file format changes.
 FORMAT = 1
@@ -32,10 +32,23 @@ def source_hash(source: str) -> str:
     return hashlib.sha256(source.encode()).hexdigest()
 
 
-def cache_key(source: str, arch: str, nvrtc_version: tuple[int, int], options: Sequence[str] = ()) -> str:
-    """Hex key of one build: the source, the target, the compiler and its options."""
+def program_hash(source: str, headers: Optional[Mapping[str, str]] = None) -> str:
+    """sha256 (hex) of a program: its source, then each named header's name and text. With no
+    headers, :func:`source_hash`."""
+    if not headers:
+        return source_hash(source)
+    h = hashlib.sha256(source_hash(source).encode())
+    for name, text in headers.items():
+        h.update(b"\0" + name.encode() + b"\0" + source_hash(text).encode())
+    return h.hexdigest()
+
+
+def cache_key(source: str, arch: str, nvrtc_version: tuple[int, int], options: Sequence[str] = (),
+              headers: Optional[Mapping[str, str]] = None) -> str:
+    """Hex key of one build: the source and its named headers, the target, the compiler and its
+    options."""
     h = hashlib.sha256()
-    for part in (f"format={FORMAT}", source_hash(source), arch, "nvrtc=%d.%d" % nvrtc_version, *options):
+    for part in (f"format={FORMAT}", program_hash(source, headers), arch, "nvrtc=%d.%d" % nvrtc_version, *options):
         h.update(part.encode())
         h.update(b"\0")
     return h.hexdigest()
@@ -71,9 +84,9 @@ def write(path: Path, data: bytes) -> bool:
 
 def get_or_build(name: str, source: str, arch: str, nvrtc_version: tuple[int, int],
                  options: Sequence[str], build: Callable[[], bytes],
-                 folder: Optional[Path] = None) -> tuple[bytes, bool]:
+                 folder: Optional[Path] = None, headers: Optional[Mapping[str, str]] = None) -> tuple[bytes, bool]:
     """(cubin, was it cached): read the cached build, or ``build()`` it and store it."""
-    path = cubin_path(name, cache_key(source, arch, nvrtc_version, options), folder)
+    path = cubin_path(name, cache_key(source, arch, nvrtc_version, options, headers), folder)
     data = read(path)
     if data is not None:
         return data, True

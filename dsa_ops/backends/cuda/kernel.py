@@ -1,7 +1,8 @@
 """A CUDA C++ program compiled at first use and launched on torch's current stream.
 
-``Program(name, source)`` holds the source of one or more ``extern "C" __global__``
-kernels. ``program.function(kernel, device)`` builds the cubin for the device's
+``Program(name, source, headers=...)`` holds the source of one or more ``extern "C"
+__global__`` kernels, and the named headers its ``#include "..."`` lines find.
+``program.function(kernel, device)`` builds the cubin for the device's
 architecture (NVRTC, or the on-disk cache), loads it into the device's context and returns a
 :class:`Function`; the first call per (program, device) does that work, later calls are a
 dict lookup. Nothing is compiled or loaded while the current stream is being captured
@@ -13,7 +14,7 @@ from __future__ import annotations
 import ctypes
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 from dsa_ops.backends.cuda import cache, driver, nvrtc
 
@@ -99,18 +100,29 @@ class Function:
 
 
 class Program:
-    """CUDA C++ source of ``extern "C"`` kernels, built per device at first use."""
+    """CUDA C++ source of ``extern "C"`` kernels, built per device at first use. ``headers``:
+    include name -> text for the source's ``#include "name"`` lines (NVRTC's named headers);
+    ``options``: NVRTC options (``-DNAME``); both are part of the cubin's cache key."""
 
-    def __init__(self, name: str, source: str, options: Sequence[str] = ()) -> None:
+    def __init__(self, name: str, source: str, options: Sequence[str] = (),
+                 headers: Optional[Mapping[str, str]] = None) -> None:
         self.name, self.source, self.options = name, source, tuple(options)
+        self.headers = dict(headers or {})
         self._lock = threading.Lock()
         self._modules: dict[tuple[int, int], int] = {}  # (device, context) -> CUmodule
         self._functions: dict[tuple, Function] = {}
 
+    @property
+    def digest(self) -> str:
+        """sha256 (hex) of the source and its headers: any edit of a kernel file changes it."""
+        return cache.program_hash(self.source, self.headers)
+
     def cubin(self, arch: str) -> tuple[bytes, bool]:
         """(cubin for ``arch``, whether it came from the disk cache)."""
-        return cache.get_or_build(self.name, self.source, arch, nvrtc.version(), self.options,
-                                  lambda: nvrtc.compile_cubin(self.source, self.name + ".cu", arch, self.options)[0])
+        return cache.get_or_build(
+            self.name, self.source, arch, nvrtc.version(), self.options,
+            lambda: nvrtc.compile_cubin(self.source, self.name + ".cu", arch, self.options, self.headers)[0],
+            headers=self.headers)
 
     def function(self, kernel: str, device: Any = None, max_shared: int = 48 * 1024,
                  non_portable_cluster: bool = False) -> Function:

@@ -15,7 +15,7 @@ import glob
 import os
 import sys
 import threading
-from typing import Optional, Sequence
+from typing import Mapping, Optional, Sequence
 
 _LOCK = threading.Lock()
 _LIB: Optional[ctypes.CDLL] = None
@@ -130,16 +130,23 @@ def supported_archs() -> tuple[int, ...]:
     return tuple(arr)
 
 
-def compile_cubin(source: str, name: str, arch: str, options: Sequence[str] = ()) -> tuple[bytes, str]:
+def compile_cubin(source: str, name: str, arch: str, options: Sequence[str] = (),
+                  headers: Optional[Mapping[str, str]] = None) -> tuple[bytes, str]:
     """Compile ``source`` (file name ``name`` in messages) for ``arch`` (``sm_90a``, ``sm_80``).
 
-    Returns (cubin bytes, compile log). NvrtcError with the log on a compile error.
+    ``headers``: include name -> text, what ``#include "name"`` finds (NVRTC's named headers;
+    nothing is read from disk). Returns (cubin bytes, compile log). NvrtcError with the log on
+    a compile error.
     """
     if not arch.startswith("sm_"):
         raise ValueError(f"arch: expected a real architecture such as 'sm_90a', got {arch!r}")
     lib = load()
     prog = ctypes.c_void_p()
-    _check(lib, lib.nvrtcCreateProgram(ctypes.byref(prog), source.encode(), name.encode(), 0, None, None),
+    items = list((headers or {}).items())
+    texts = (ctypes.c_char_p * max(1, len(items)))(*[t.encode() for _, t in items])
+    names = (ctypes.c_char_p * max(1, len(items)))(*[n.encode() for n, _ in items])
+    _check(lib, lib.nvrtcCreateProgram(ctypes.byref(prog), source.encode(), name.encode(), len(items),
+                                       texts if items else None, names if items else None),
            "nvrtcCreateProgram")
     try:
         opts = [f"--gpu-architecture={arch}", "--std=c++17", *options]

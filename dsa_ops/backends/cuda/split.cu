@@ -1,17 +1,16 @@
 // dsa_ops backend `cuda`: one row split over a thread-block cluster under one sampled bound
-// (docs/cuda-kernel.md §4.3), for decode batches of up to 64 rows. Compiled as one program
-// with topk.cu and solo.cu (appended after them; uses sample_tau, keep4, visit_row, finish_row,
-// solo_row, row_window, the cluster helpers).
+// (docs/cuda-kernel.md §4.3), for decode batches of up to 64 rows: the entry point topk_split
+// (uses solo_row.cuh's sample_tau, keep4, finish_row and solo_row).
 //
 // - Every CTA of the row's cluster computes the same bound tau from the same sample of the
 //   row (sample_tau is a pure function of the row), then reads its slice of the row once and
 //   keeps its keys <= tau with their columns in its own shared memory. With `stage` words
 //   (unordered plans up to W = SAMPLE_LONG), thread 0 first hands the slice (its first
 //   4 * (stage / 4) keys) to the bulk copy engine, which lands it in shared memory while the
-//   sample is read and chosen; the keep then reads shared memory (cuda-variants.md run 19).
+//   sample is read and chosen; the keep then reads shared memory.
 //   A slice of RING_MIN keys or more streams through those words instead, as a ring of
 //   RING_SLOT-word slots that the bulk copy engine refills while the CTA keeps from the
-//   others (keep_ring; run 22).
+//   others (keep_ring).
 // - Each CTA reserves room in the leader's (CTA 0's) buffer with one cluster-scope atomic on
 //   the leader's count and copies its kept keys there (the leader keeps its own slice's keys
 //   straight into that buffer, through the same count).
@@ -22,13 +21,16 @@
 //   memory (finish_row's fallback): the result never depends on the sample.
 // - Rows of L <= solo_max are selected by CTA 0 alone from the start (solo_row, kept whole).
 
+#include "common.cuh"
+#include "solo_row.cuh"
+
+// The slice's bulk copies start behind the sample's loads only in clusters of fewer
+// CTAs than this (a row's 16 CTAs have short slices, and ran slower with that order).
+enum : int { SAMPLE_FIRST_CTAS = 16 };
+
 // Ask L2 for the 128-byte lines that this thread's first batch of visit_row(x, lo, hi) loads
 // will read, so that they arrive while the sample is being read and chosen.
-#ifndef PREFETCH
-#define PREFETCH 1
-#endif
 __device__ __forceinline__ void prefetch_first(const float* __restrict__ x, int lo, int hi) {
-    if (!PREFETCH) return;
     if ((reinterpret_cast<unsigned long long>(x + lo) & 15) != 0) return;
     const int nf = (hi - lo) >> 2;
 #pragma unroll
@@ -38,15 +40,8 @@ __device__ __forceinline__ void prefetch_first(const float* __restrict__ x, int 
     }
 }
 
-#ifndef KEEPB_MIN
-#define KEEPB_MIN 49152  // keep_slice batches slices of at least this many keys (run 17; topk.py reads it)
-#endif
-#ifndef KEEP_D
-#define KEEP_D 4  // keep_slice, batched: 16-byte loads a thread in a batch
-#endif
-#ifndef KEEP_PF
-#define KEEP_PF 1  // keep_slice, batched: batches ahead whose lines are asked of L2 (0: none)
-#endif
+enum : int { KEEPB_MIN = 49152 };  // keep_slice batches slices of at least this many keys (topk.py reads it)
+enum : int { KEEP_D = 4 };  // keep_slice, batched: 16-byte loads a thread in a batch
 
 // Ask L2 for the 128-byte lines of batch b (KEEP_D 16-byte chunks a thread) of keep_slice's
 // nf chunks at p.
@@ -64,12 +59,10 @@ __device__ __forceinline__ void prefetch_batch(const float4* p, int nf, int b) {
 // - Slices of KEEPB_MIN keys or more (16-byte aligned) are read in batches: a thread loads
 //   KEEP_D 16-byte chunks, asks L2 for the next batch's lines, and one warp scan and one
 //   shared atomic a warp reserve the whole batch's slots (fewer instructions a key: the
-//   read of a long slice by many CTAs is bandwidth-bound): 64 x 128K (two CTAs a row, 64K
-//   keys each) 39.8 against 40.8 us.
+//   read of a long slice by many CTAs is bandwidth-bound).
 // - Shorter slices take keep4 a chunk through visit_row, which looks at each chunk as soon
-//   as it arrives (their read is latency-bound): batching them lost 0.2-0.8 us. solo_row
-//   reads unbatched at every length: batched, prefill C = 64K / 128K moved +4 % / -3..+2 %
-//   between runs (docs/benchmarks/cuda-variants.md run 17).
+//   as it arrives (their read is latency-bound, and batching slowed it). solo_row reads
+//   unbatched at every length (batched, its prefill times moved both ways: no gain).
 __device__ __forceinline__ void keep_slice(const float* __restrict__ x, int lo, int hi, u32 tau, u32* bkey, u32* bcol,
                                            u32 cap, u32* cnt, bool cl) {
     const int n = hi - lo;
@@ -85,7 +78,6 @@ __device__ __forceinline__ void keep_slice(const float* __restrict__ x, int lo, 
     const float4* p = reinterpret_cast<const float4*>(x + lo);
     const int nf = n >> 2;
     const u32 lane = threadIdx.x & 31;
-    for (int b = 1; b < KEEP_PF; ++b) prefetch_batch(p, nf, b);  // batch 0 is loaded at once
     for (int base = 0; base < nf; base += NT * KEEP_D) {  // the same trip count in every thread
         float4 v[KEEP_D];
 #pragma unroll
@@ -93,7 +85,7 @@ __device__ __forceinline__ void keep_slice(const float* __restrict__ x, int lo, 
             const int j = base + u * NT + (int)threadIdx.x;
             v[u] = j < nf ? __ldg(p + j) : make_float4(0.f, 0.f, 0.f, 0.f);
         }
-        if (KEEP_PF) prefetch_batch(p, nf, base / (NT * KEEP_D) + KEEP_PF);
+        prefetch_batch(p, nf, base / (NT * KEEP_D) + 1);  // the next batch's lines
         uint4 q[KEEP_D];
         u32 m[KEEP_D], c = 0;
 #pragma unroll
@@ -131,14 +123,10 @@ __device__ __forceinline__ void keep_slice(const float* __restrict__ x, int lo, 
     }
 }
 
-#define STAGE_CHUNK 32768u  // bytes a bulk copy instruction moves
-#ifndef RING_SLOT
-#define RING_SLOT 8192  // keep_ring: words (keys) a slot of the ring (32 KB: runs 22a-c)
-#endif
-#ifndef RING_MIN
-#define RING_MIN 49152  // slices of this many keys or more stream through the ring (topk.py reads it)
-#endif
-#define RING_MAX 8  // mbarriers, so slots at most
+enum : u32 { STAGE_CHUNK = 32768u };  // bytes a bulk copy instruction moves
+enum : int { RING_SLOT = 8192 };  // keep_ring: words (keys) a slot of the ring (32 KB)
+enum : int { RING_MIN = 49152 };  // slices of this many keys or more stream through the ring (topk.py reads it)
+enum : int { RING_MAX = 8 };  // mbarriers, so slots at most
 
 // Thread 0: initialise the mbarrier at shared address b for one arrival a phase.
 __device__ __forceinline__ void bar_init(u32 b) {
@@ -234,10 +222,10 @@ __device__ __forceinline__ void keep_ring(const float* __restrict__ g, int nf, i
 extern "C" __global__ void __launch_bounds__(NT, 2) topk_split(
     const float* __restrict__ logits, i64 pitch, int width, const int* __restrict__ lens,
     const int* __restrict__ starts, const int* __restrict__ ends, int mode, int next_n, int k,
-    int* __restrict__ out, int C, int buf, int words, int solo_max, int ordered, int stage,
-    unsigned long long* __restrict__ dbg) {
+    int* __restrict__ out, int C, int buf, int words, int solo_max, int ordered, int stage PROFILE_PARAM) {
     extern __shared__ __align__(16) u32 split_smem[];
     __shared__ Scalars sc;
+    PROFILE_START();
     STAMP(0);
     const u32 rank = C > 1 ? cluster_rank() : 0u;
     const int r = blockIdx.x / C;
@@ -252,7 +240,7 @@ extern "C" __global__ void __launch_bounds__(NT, 2) topk_split(
     }
     const float* x = logits + (i64)r * pitch + s;
     if (C == 1 || L <= solo_max) {  // CTA 0 alone (the same answer in every CTA of the row)
-        if (rank == 0) solo_row(x, L, k, orow, split_smem, buf, words, ordered != 0, sc, dbg);
+        if (rank == 0) solo_row(x, L, k, orow, split_smem, buf, words, ordered != 0, sc);
         return;
     }
 
@@ -269,7 +257,7 @@ extern "C" __global__ void __launch_bounds__(NT, 2) topk_split(
     __shared__ int stage_n;  // read back after the sample (not held in registers through it): the
     __shared__ int ring_n;   // staged chunks, or the ring's slots (0: not streamed)
     const u32 st = (u32)__cvta_generic_to_shared(bkey + buf);
-    const bool sf = SAMPLE_FIRST && C < SAMPLE_FIRST_CTAS;  // the copies start behind the sample's loads
+    const bool sf = C < SAMPLE_FIRST_CTAS;  // the copies start behind the sample's loads
     {  // 16-byte chunks of the slice staged in the `stage` words after the buffer, or streamed
        // through them as a ring (slices of RING_MIN keys or more, when two slots fit); else
        // slices of KEEPB_MIN keys or more are read in batches; unaligned rows are not staged
@@ -344,5 +332,5 @@ extern "C" __global__ void __launch_bounds__(NT, 2) topk_split(
         for (u32 j = threadIdx.x; j < n; j += NT) atomicAdd(h + (bkey[j] >> 21), 1u);
     __syncthreads();
     STAMP(1);
-    finish_row(x, L, k, orow, split_smem, buf, words, n, false, ordered != 0, sc, dbg);
+    finish_row(x, L, k, orow, split_smem, buf, words, n, false, ordered != 0, sc);
 }

@@ -1,6 +1,7 @@
 """Host side of the ``cuda`` backend: the launch plans and the two writers for ``topk.cu``
 (the cluster kernel), ``solo.cu`` (one CTA a row) and ``split.cu`` (a row over a cluster
-under a sampled bound), compiled as one program.
+under a sampled bound), compiled as one program (their shared code: ``common.cuh``,
+``solo_row.cuh``; the files: docs/cuda-layout.md).
 
 The plan depends only on host ints (R, W) and the device (multiprocessor count, shared
 memory), never on device data, so a captured graph replays correctly with new lengths.
@@ -15,7 +16,7 @@ import re
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Union
 
 import torch
 from torch import Tensor
@@ -23,13 +24,16 @@ from torch import Tensor
 from dsa_ops.backends.cuda import driver
 from dsa_ops.backends.cuda.kernel import Function, Program
 
-SOURCE = Path(__file__).with_name("topk.cu")
-SOLO_SOURCE = Path(__file__).with_name("solo.cu")  # appended to topk.cu: one program
-SPLIT_SOURCE = Path(__file__).with_name("split.cu")  # appended after solo.cu
+FOLDER = Path(__file__).parent
+# The program's files, handed to NVRTC as named headers (each source includes the headers it
+# uses; nothing is read from disk at compile time), and its main source: the three kernel
+# sources in one translation unit, so one module holds every entry point.
+FILES = ("common.cuh", "solo_row.cuh", "topk.cu", "solo.cu", "split.cu")
+MAIN = '#include "topk.cu"\n#include "solo.cu"\n#include "split.cu"\n'
 KERNEL = "topk_rows"  # one CTA a multiprocessor; "topk_rows_many": two (64 registers a thread)
 SOLO_KERNEL = "topk_solo"  # one CTA a row, two a multiprocessor (solo.cu)
 SPLIT_KERNEL = "topk_split"  # a row over a cluster under one sampled bound (split.cu)
-THREADS = 512  # NT in topk.cu
+THREADS = 512  # NT in common.cuh
 HIST_BYTES = 3 * 2048 * 4  # two shared histograms and the reduce-scatter totals
 STATIC_BYTES = 2048  # the kernel's static shared memory (Scalars: 1808 bytes), rounded up
 MAX_CLUSTER = 16  # Hopper's non-portable cluster limit
@@ -40,58 +44,82 @@ MIN_SLICE = 4096  # few rows: no more CTAs a row than leave each this many colum
 MANY_STAGE = 18432  # many rows: keys staged a CTA (two CTAs fit a multiprocessor)
 CAND_FEW, CAND_MANY = 4096, 1536  # the leader's candidate buffer (few rows / many rows)
 MODE_PER_ROW, MODE_PER_REQUEST, MODE_PREFILL = 0, 1, 2
-SOLO_SHORT = 12288  # few rows: rows up to this length are selected by the cluster's CTA 0 alone (solo.cu)
+SOLO_SHORT = 12288  # few rows: rows up to this length are selected by the cluster's CTA 0 alone (solo_row)
 SOLO_ROWS = 64  # more rows than this: topk_solo, one CTA a row (decode and prefill)
 SOLO_BUF_MIN, SOLO_BUF_MAX = 8192, 32768  # solo: words of the key buffer (sampled rows keep half as many)
 SHARED_RESERVED = 1024  # shared memory the hardware keeps a CTA (sm_90)
 SPLIT_BUF_MAX = 16384  # split, ordered: words of the leader's buffer (at most half as many kept keys)
 # Unordered plans (no bitmaps): the split's buffer, and solo's up to W = SAMPLE_LONG (beyond:
-# SOLO_BUF_MAX). More shared memory than this costs L1 (H100 run 16: split 53504 words
-# +0.3-1.3 us at 16 / 64 rows; solo 24320 words: prefill C = 128K 4.05 ms against 3.69 at 16128).
+# SOLO_BUF_MAX). More shared memory than this costs L1: larger buffers (split 53504 words,
+# solo 24320) ran slower.
 SPLIT_BUF_ANY = 32768  # 16384 kept keys: a row of L <= 1M keeps about 5K under the sampled bound
 # Unordered split plans with one CTA a multiprocessor: a stage the bulk copy engine lands a
-# slice in during the sample (split.cu; H100 run 19: -0.2..-0.8 us at most 32K / 128K points),
-# or, for slices of RING_MIN keys or more, the ring they stream through (H200 run 22: 64 x 128K
-# -2.4 us). Up to W = SAMPLE_LONG carved out of SPLIT_BUF_ANY (a row of L <= 256K keeps at most
-# ~5K keys); wider rows keep the whole SPLIT_BUF_ANY and the stage comes after it (H100 run 23:
-# W 1M 32 / 64 x 128K -1.7 us, 32K -0.5 / +0.4).
+# slice in during the sample (split.cu), so that the slice's read overlaps the sample's, or,
+# for slices of RING_MIN keys or more, the ring they stream through. Up to W = SAMPLE_LONG
+# carved out of SPLIT_BUF_ANY (a row of L <= 256K keeps at most ~5K keys); wider rows keep the
+# whole SPLIT_BUF_ANY and the stage comes after it (the overlap still pays at W 1M).
 SPLIT_STAGE = 16384
 SOLO_BUF_ANY = 16384
 # Unordered split plans of PAIR_ROWS[0] < rows <= PAIR_ROWS[1] up to W = PAIR_WIDTH: PAIR_ROWS[2]
 # CTAs a row, each with SPLIT_BUF_ANY - SPLIT_STAGE words (PAIR_BUF_LONG past W = SAMPLE_LONG: rows
 # up to 1M keep up to ~5K keys, mean + 4.4 standard deviations inside 10240) and no stage, so
-# that two CTAs fit a multiprocessor and every cluster is placed at once (H100 run 20: 16 x 128K
-# 24.4 against 25.9 us with 4 staged CTAs a row; with one CTA a multiprocessor clusters of 8 ran
-# in two waves; run 23, W 1M: 12 / 16 x 128K 21.8 / 25.1 against 25.2 / 26.7).
+# that two CTAs fit a multiprocessor and every cluster is placed at once (with one CTA a
+# multiprocessor, clusters of 8 ran in two waves; these 8 unstaged CTAs a row beat 4 staged
+# ones, up to W 1M).
 PAIR_ROWS = (8, 16, 8)
 PAIR_BUF_LONG = 20480
 SPLIT_ROWS = 64  # up to this many rows topk_split is the default plan (docs/cuda-kernel.md §4.3)
 
 
+# Every entry point's first arguments (name, ctypes type); each shape's ARGS follow them, and a
+# lab build's stamp buffer (STAMPS_ARG) comes last. The kernels' signatures: topk.cu, solo.cu, split.cu.
+HEAD_ARGS = (("logits", ctypes.c_void_p), ("pitch", ctypes.c_int64), ("width", ctypes.c_int),
+             ("lens", ctypes.c_void_p), ("starts", ctypes.c_void_p), ("ends", ctypes.c_void_p),
+             ("mode", ctypes.c_int), ("next_n", ctypes.c_int), ("k", ctypes.c_int), ("out", ctypes.c_void_p))
+STAMPS_ARG = ("stamps", ctypes.c_void_p)
+_INT = ctypes.c_int
+
+
 @dataclass(frozen=True)
 class Plan:
-    """Launch shape for R rows of width W on one device."""
+    """Launch shape of the cluster kernel (``topk_rows``, ``topk_rows_many``) for rows of width
+    W: each row over a cluster of ``cluster`` CTAs."""
 
     cluster: int  # CTAs a row (one thread-block cluster)
     stage_keys: int  # keys of a row slice the CTA keeps in shared memory
     cand_keys: int = CAND_FEW  # the leader's buffer of first-digit candidates (key, column)
-    solo_max: int = 0  # rows up to this length: CTA 0 alone (solo.cu's select), the others leave
+    solo_max: int = 0  # rows up to this length: CTA 0 alone (solo_row.cuh's select), the others leave
+
+    ARGS = (("C", _INT), ("stage_keys", _INT), ("cand_keys", _INT), ("solo_max", _INT))
+    clustered = True  # launched with cluster dims (cluster, 1, 1)
 
     @property
     def shared(self) -> int:
         """Dynamic shared memory a CTA (bytes)."""
         return HIST_BYTES + 4 * self.stage_keys + 8 * self.cand_keys
 
+    def kernel(self, rows: int, sms: int) -> str:
+        """The entry point: two CTAs a multiprocessor (64 registers a thread) when the grid
+        needs them."""
+        return KERNEL + ("_many" if rows * self.cluster > sms else "")
+
+    def tail(self, ordered: bool) -> tuple:
+        """The values of ARGS (the cluster kernel's output is ordered either way)."""
+        return (self.cluster, self.stage_keys, self.cand_keys, self.solo_max)
+
+    def check(self, width: int, ordered: bool) -> None:
+        """Nothing to check: the cluster kernel has no column bitmaps."""
+
 
 def _solo_bytes(words: int, buf: int) -> int:
-    """Dynamic shared memory of solo.cu's layout (bytes): two 2048-bin histograms, two
+    """Dynamic shared memory of solo_row.cuh's layout (bytes): two 2048-bin histograms, two
     column bitmaps of ``words`` words, a buffer of ``buf`` words."""
     return 4 * (2 * 2048 + 2 * words + buf)
 
 
 def _solo_layout(width: int, smem: int, buf: Optional[int], buf_max: int,
                  ordered: bool = True) -> Optional[tuple[int, int]]:
-    """(buf, words) of solo.cu's layout for rows of ``width`` columns in ``smem`` bytes a CTA
+    """(buf, words) of solo_row.cuh's layout for rows of ``width`` columns in ``smem`` bytes a CTA
     (shared memory of a multiprocessor over the CTAs it holds): ``buf`` given is checked
     against the room left by the bitmaps; None given takes min(buf_max, room), or None when
     that is under SOLO_BUF_MIN words. Not ``ordered`` (stable=False): no bitmaps (words = 0;
@@ -117,10 +145,22 @@ class SoloPlan:
     words: int
     cluster: int = 1
 
+    ARGS = (("buf", _INT), ("words", _INT), ("ordered", _INT))
+    clustered = False  # a plain launch, one CTA a row
+
     @property
     def shared(self) -> int:
         """Dynamic shared memory a CTA (bytes): two histograms, two bitmaps, the buffer."""
         return _solo_bytes(self.words, self.buf)
+
+    def kernel(self, rows: int, sms: int) -> str:
+        return SOLO_KERNEL
+
+    def tail(self, ordered: bool) -> tuple:
+        return (self.buf, self.words, int(ordered))
+
+    def check(self, width: int, ordered: bool) -> None:
+        _check_bitmaps(self.words, width, ordered)
 
 
 def solo_plan(width: int, smem_per_sm: int, buf: Optional[int] = None, ordered: bool = True) -> Optional[SoloPlan]:
@@ -136,7 +176,7 @@ def solo_plan(width: int, smem_per_sm: int, buf: Optional[int] = None, ordered: 
 class SplitPlan:
     """Launch shape of ``topk_split``: each row over a cluster of ``cluster`` CTAs that keep
     the keys under one sampled bound and send them to CTA 0, which selects and emits (rows up
-    to ``solo_max`` keys: CTA 0 alone, the row kept whole). solo.cu's layout in every CTA:
+    to ``solo_max`` keys: CTA 0 alone, the row kept whole). solo_row.cuh's layout in every CTA:
     two histograms, two column bitmaps of ``words`` words, a buffer of ``buf`` words."""
 
     cluster: int
@@ -145,10 +185,30 @@ class SplitPlan:
     solo_max: int
     stage: int = 0  # words after the buffer that the bulk copy engine lands a CTA's slice in
 
+    ARGS = (("C", _INT), ("buf", _INT), ("words", _INT), ("solo_max", _INT), ("ordered", _INT), ("stage", _INT))
+    clustered = True
+
     @property
     def shared(self) -> int:
         """Dynamic shared memory a CTA (bytes)."""
         return _solo_bytes(self.words, self.buf + self.stage)
+
+    def kernel(self, rows: int, sms: int) -> str:
+        return SPLIT_KERNEL
+
+    def tail(self, ordered: bool) -> tuple:
+        return (self.cluster, self.buf, self.words, self.solo_max, int(ordered), self.stage)
+
+    def check(self, width: int, ordered: bool) -> None:
+        _check_bitmaps(self.words, width, ordered)
+
+
+def _check_bitmaps(words: int, width: int, ordered: bool) -> None:
+    """The ordered emission marks winners in column bitmaps of ``words`` words: refuse a plan
+    whose bitmaps cannot hold ``width`` columns (an unordered plan has none)."""
+    if ordered and 32 * words < width:
+        raise ValueError(f"plan: the ordered emission needs column bitmaps of {_ceil(width, 32)} words for width "
+                         f"{width}, the plan has {words} (an unordered plan: pass ordered=False)")
 
 
 def split_plan(rows: int, width: int, sms: int, smem_per_sm: int, cluster: Optional[int] = None,
@@ -211,7 +271,7 @@ def stage_for(columns: int) -> int:
 
 def solo_short_fits(plan: Plan, cap: int = SOLO_SHORT) -> int:
     """The longest row (at most ``cap``) the plan's shared memory lets CTA 0 select alone
-    (solo.cu's layout: two histograms, two bitmaps of L / 32 words, the row kept whole)."""
+    (solo_row.cuh's layout: two histograms, two bitmaps of L / 32 words, the row kept whole)."""
     room = plan.shared // 4 - 2 * 2048 - 8  # words; 2 x (L / 32 + 4) bitmap words + (L + 8) keys
     return max(0, min(cap, (room - 8) * 16 // 17) & ~31)
 
@@ -256,96 +316,162 @@ def make_plan(rows: int, width: int, sms: int, smem_max: int, cluster: Optional[
     return Plan(cluster, stage_keys, cand, int(solo_max))
 
 
-def _source() -> str:
-    return "".join(p.read_text() for p in (SOURCE, SOLO_SOURCE, SPLIT_SOURCE) if p.exists())
+_PROGRAM = Program("dsa_ops_topk", MAIN, headers={name: (FOLDER / name).read_text() for name in FILES})
+PROFILE = "DSA_OPS_PROFILE"  # the lab builds' define: phase stamps (common.cuh)
+_BUILDS: dict = {}
 
 
-_PROGRAM = Program("dsa_ops_topk", _source())
+def program(profile: int = 0, options: tuple = ()) -> Program:
+    """The shipped program (``profile`` 0, no ``options``), or a lab build of the same files:
+    ``profile`` 1 stamps each CTA's phases with the SM's clock, 2 with the global nanosecond
+    timer (``-DDSA_OPS_PROFILE=<profile>``); ``options``: more NVRTC options (``-DNAME=V``)."""
+    key = (int(profile), tuple(options))
+    if key == (0, ()):
+        return _PROGRAM
+    if key[0] not in (0, 1, 2):
+        raise ValueError(f"profile: expected 0 (off), 1 (SM clock) or 2 (global ns), got {profile}")
+    if key not in _BUILDS:
+        flags = ((f"-D{PROFILE}={key[0]}",) if key[0] else ()) + key[1]
+        _BUILDS[key] = Program(_PROGRAM.name, _PROGRAM.source, flags, _PROGRAM.headers)
+    return _BUILDS[key]
 
 
-def _define(name: str) -> int:
-    """The default of a ``#define NAME <int>`` of the program (one value for host and kernel)."""
-    m = re.search(rf"^#define {name} (\d+)", _PROGRAM.source, re.MULTILINE)
+def profiling(prog: Program) -> bool:
+    """Whether ``prog`` is a lab build (its kernels take the stamp buffer as their last argument)."""
+    return any(o.startswith(f"-D{PROFILE}") for o in prog.options)
+
+
+def _constant(name: str) -> int:
+    """The value of an ``enum : int { NAME = <int> };`` of the program (one value for host and kernel)."""
+    m = re.search(rf"^enum : int {{ {name} = (\d+) }};", "".join(_PROGRAM.headers.values()), re.MULTILINE)
     if m is None:
         raise RuntimeError(f"topk.py: the kernel source defines no {name}")
     return int(m.group(1))
 
 
-SAMPLE = _define("SAMPLE")  # solo.cu: keys in a row's sample (rows of L <= SAMPLE_LONG)
-SAMPLE_LONG = _define("SAMPLE_LONG")  # solo.cu: rows longer than this take twice the sample, past twice this four times
+SAMPLE = _constant("SAMPLE")  # solo_row.cuh: keys in a row's sample (rows of L <= SAMPLE_LONG)
+SAMPLE_LONG = _constant("SAMPLE_LONG")  # solo_row.cuh: longer rows take twice the sample, past twice this four times
 PAIR_WIDTH = 4 * SAMPLE_LONG  # the widest rows of the 9-16-row plan (PAIR_ROWS): L = 1M keeps ~5K keys
-KEEPB_MIN = _define("KEEPB_MIN")  # split.cu: keep_slice reads slices of this many keys or more in batches
-RING_MIN = _define("RING_MIN")  # split.cu: slices of this many keys or more stream through the stage as a ring
-RING_SLOT = _define("RING_SLOT")  # split.cu: words a slot of that ring (two slots at least, else no ring)
+KEEPB_MIN = _constant("KEEPB_MIN")  # split.cu: keep_slice reads slices of this many keys or more in batches
+RING_MIN = _constant("RING_MIN")  # split.cu: slices of this many keys or more stream through the stage as a ring
+RING_SLOT = _constant("RING_SLOT")  # split.cu: words a slot of that ring (two slots at least, else no ring)
 
 
 def sample_keys(length: int) -> int:
-    """Keys in the sample of a row of ``length`` (solo.cu's sample_tau): SAMPLE, twice as
+    """Keys in the sample of a row of ``length`` (solo_row.cuh's sample_tau): SAMPLE, twice as
     many past SAMPLE_LONG, four times past 2 x SAMPLE_LONG, so that a sample key stands for
     at most SAMPLE_LONG / SAMPLE columns up to L = 1M."""
     return SAMPLE * (4 if length > 2 * SAMPLE_LONG else 2 if length > SAMPLE_LONG else 1)
 
 
-@functools.lru_cache(maxsize=None)
-def _device_facts(index: int) -> tuple[int, int]:
-    """(multiprocessors, opt-in shared memory a block) of cuda:index."""
-    sms = torch.cuda.get_device_properties(index).multi_processor_count
-    return sms, driver.device_attribute(index, driver.DEV_ATTR_MAX_SHARED_PER_BLOCK_OPTIN)
+@dataclass(frozen=True)
+class DeviceFacts:
+    """What the plans read of a device (host ints; the plan never depends on device data)."""
+
+    sms: int  # multiprocessors
+    smem_block: int  # opt-in shared memory a block (bytes)
+    smem_sm: int  # shared memory a multiprocessor (bytes)
 
 
 @functools.lru_cache(maxsize=None)
-def _smem_per_sm(index: int) -> int:
-    return driver.device_attribute(index, driver.DEV_ATTR_MAX_SHARED_PER_MULTIPROCESSOR)
+def _facts(index: int) -> DeviceFacts:
+    return DeviceFacts(torch.cuda.get_device_properties(index).multi_processor_count,
+                       driver.device_attribute(index, driver.DEV_ATTR_MAX_SHARED_PER_BLOCK_OPTIN),
+                       driver.device_attribute(index, driver.DEV_ATTR_MAX_SHARED_PER_MULTIPROCESSOR))
 
 
-@functools.lru_cache(maxsize=None)
-def _plan(rows: int, width: int, index: int, ordered: bool = True):
-    """The default plan: ``topk_solo`` for more than SOLO_ROWS rows, ``topk_split`` for up
-    to SPLIT_ROWS (each when its bitmaps fit the width: always when not ``ordered``, whose
+def device_facts(device=None) -> DeviceFacts:
+    """The :class:`DeviceFacts` of ``device`` (a torch device, an index; default the current
+    CUDA device), read once per device."""
+    index = device if isinstance(device, int) else None if device is None else torch.device(device).index
+    return _facts(torch.cuda.current_device() if index is None else index)
+
+
+def default_shape(rows: int, width: int, facts: DeviceFacts, ordered: bool = True) -> Union[Plan, SoloPlan, SplitPlan]:
+    """The default plan's shape: ``topk_solo`` for more than SOLO_ROWS rows, ``topk_split`` for
+    up to SPLIT_ROWS (each when its bitmaps fit the width: always when not ``ordered``, whose
     plans have none), else the cluster plan of :func:`make_plan`."""
-    sms, smem = _device_facts(index)
     alt = None
     if rows > SOLO_ROWS:
-        alt = solo_plan(width, _smem_per_sm(index), ordered=ordered)
+        alt = solo_plan(width, facts.smem_sm, ordered=ordered)
     elif rows <= SPLIT_ROWS:
-        alt = split_plan(rows, width, sms, _smem_per_sm(index), ordered=ordered)
-    return alt if alt is not None else make_plan(rows, width, sms, smem)
+        alt = split_plan(rows, width, facts.sms, facts.smem_sm, ordered=ordered)
+    return alt if alt is not None else make_plan(rows, width, facts.sms, facts.smem_block)
 
 
-def function(index: int, program: Optional[Program] = None, many: bool = False, solo: bool = False,
-             split: bool = False) -> Function:
-    """The loaded kernel on cuda:index (compiled or read from the cubin cache at first use).
-    ``program``: a variant of the source (devtools), default the shipped one; ``many``: the
-    entry point built for two CTAs a multiprocessor; ``solo``: ``topk_solo``; ``split``:
-    ``topk_split``."""
-    _, smem = _device_facts(index)
-    name = SOLO_KERNEL if solo else SPLIT_KERNEL if split else KERNEL + ("_many" if many else "")
-    return (program or _PROGRAM).function(name, index, max_shared=smem - STATIC_BYTES, non_portable_cluster=True)
+@dataclass(frozen=True)
+class LaunchPlan:
+    """One launch of the program for R rows of width W, all but the tensors: the entry point
+    (``kernel``), ``grid`` CTAs of ``block`` threads, the cluster dims (None: a plain launch),
+    the dynamic shared memory a CTA, and the kernel's arguments (:meth:`arg_types`,
+    :meth:`args`). ``shape``: the per-kernel record (:class:`Plan`, :class:`SoloPlan`,
+    :class:`SplitPlan`) it was made from. Build one with :func:`plan`."""
+
+    shape: Union[Plan, SoloPlan, SplitPlan]
+    rows: int
+    width: int
+    ordered: bool
+    kernel: str
+    grid: int
+    cluster: Optional[tuple[int, int, int]]
+    shared: int
+    block: int = THREADS
+
+    def arg_names(self, profile: bool = False) -> tuple[str, ...]:
+        """The kernel's parameter names, in order (``profile``: a lab build, stamps last)."""
+        return tuple(n for n, _ in HEAD_ARGS + self.shape.ARGS + ((STAMPS_ARG,) if profile else ()))
+
+    def arg_types(self, profile: bool = False) -> tuple:
+        """The ctypes type of each kernel parameter, in order."""
+        return tuple(t for _, t in HEAD_ARGS + self.shape.ARGS + ((STAMPS_ARG,) if profile else ()))
+
+    def args(self, logits: Tensor, lens: Tensor, starts: Tensor, ends: Tensor, mode: int, next_n: int, k: int,
+             out: Tensor, stamps: Optional[Tensor] = None, profile: bool = False) -> tuple:
+        """The kernel's argument values, in :meth:`arg_types`' order (pointers as ints; a lab
+        build's ``stamps`` last, None for none)."""
+        head = (logits.data_ptr(), logits.stride(0), self.width, lens.data_ptr(), starts.data_ptr(), ends.data_ptr(),
+                mode, next_n, k, out.data_ptr()) + self.shape.tail(self.ordered)
+        return head + (None if stamps is None else stamps.data_ptr(),) if profile else head
+
+
+def plan(rows: int, width: int, stable: bool = True, device=None, shape=None,
+         facts: Optional[DeviceFacts] = None) -> LaunchPlan:
+    """The launch of the ``cuda`` backend for ``rows`` rows of ``width`` columns (host ints
+    only: a captured graph replays correctly with new lengths). ``stable``: the ordered
+    emission (False: the plans without column bitmaps, winners in any order). ``shape``: a
+    :class:`Plan` / :class:`SoloPlan` / :class:`SplitPlan` to launch instead of the default
+    (benchmarks, tests); ``facts``: the device's :class:`DeviceFacts` (default: read from
+    ``device``, the current CUDA device by default). ValueError for an ordered launch of a
+    shape without room for its bitmaps."""
+    ordered = bool(stable)
+    if shape is not None:
+        shape.check(width, ordered)
+    facts = facts if facts is not None else device_facts(device)
+    s = default_shape(rows, width, facts, ordered) if shape is None else shape
+    return LaunchPlan(s, rows, width, ordered, s.kernel(rows, facts.sms), rows * s.cluster,
+                      (s.cluster, 1, 1) if s.clustered else None, s.shared)
+
+
+@functools.lru_cache(maxsize=4096)
+def _plan(rows: int, width: int, index: Optional[int], ordered: bool, shape) -> LaunchPlan:
+    return plan(rows, width, ordered, index, shape)
 
 
 class _Launch:
-    """One prepared launch of a kernel for a (function, grid, plan, stream): the
-    ``CUlaunchConfig`` and the argument array are built once; a call refills the values."""
+    """One prepared launch of a kernel for a (function, plan, stream, build): the
+    ``CUlaunchConfig`` and the argument array are built once; a call refills the values.
+    ``profile``: a lab build, whose kernels take the stamp buffer after their other arguments."""
 
-    _TYPES = (ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
-              ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_int,
-              ctypes.c_int, ctypes.c_void_p)  # ..., C, stage_keys, cand_keys, solo_max, dbg
-    _SPLIT_TYPES = _TYPES[:14] + (ctypes.c_int, ctypes.c_int, ctypes.c_void_p)  # ..., solo_max, ordered, stage, dbg
-    _SOLO_TYPES = _TYPES[:10] + (ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_void_p)  # ..., buf, words, ordered, dbg
-
-    def __init__(self, fn: Function, grid: int, plan, stream: int) -> None:
+    def __init__(self, fn: Function, plan: LaunchPlan, stream: int, profile: bool = False) -> None:
         if not 0 <= plan.shared <= fn.max_shared:
             raise ValueError(f"plan: {plan.shared} bytes of shared memory; the kernel was loaded for {fn.max_shared}")
         self.handle = fn.handle
-        solo = isinstance(plan, SoloPlan)
-        self.cfg, self._attrs = driver.launch_config((grid,), (THREADS,), plan.shared, stream,
-                                                     None if solo else (plan.cluster,))
-        types = self._SOLO_TYPES if solo else self._SPLIT_TYPES if isinstance(plan, SplitPlan) else self._TYPES
-        self.values = [t() for t in types]
+        self.cfg, self._attrs = driver.launch_config((plan.grid,), (plan.block,), plan.shared, stream, plan.cluster)
+        self.values = [t() for t in plan.arg_types(profile)]
         self.params = (ctypes.c_void_p * len(self.values))(
             *[ctypes.cast(ctypes.pointer(v), ctypes.c_void_p) for v in self.values])
 
-    def __call__(self, *args) -> None:
+    def __call__(self, args) -> None:
         for v, a in zip(self.values, args):
             v.value = a
         driver.launch(self.handle, self.cfg, self.params)
@@ -355,36 +481,34 @@ _LAUNCHES: dict = {}
 
 
 def launch(logits: Tensor, lens: Tensor, starts: Tensor, ends: Tensor, mode: int, next_n: int, k: int,
-           out: Tensor, plan: Optional[Plan] = None, dbg: Optional[Tensor] = None,
+           out: Tensor, plan=None, stamps: Optional[Tensor] = None,
            program: Optional[Program] = None, ordered: bool = True) -> None:
     """Fill ``out`` (R, k) int32 from ``logits`` (R, W) fp32 rows (already validated: every
-    tensor on the logits' device). ``ordered``: the stable bytes (ascending columns, lowest
-    column ties); False lets the solo and split kernels emit their winners in any order (the
-    contract's ``stable=False``; the cluster kernel's output is ordered either way)."""
+    tensor on the logits' device). ``plan``: a shape (:class:`Plan`, :class:`SoloPlan`,
+    :class:`SplitPlan`) to launch instead of the default one. ``ordered``: the stable bytes
+    (ascending columns, lowest column ties); False lets the solo and split kernels emit their
+    winners in any order (the contract's ``stable=False``; the cluster kernel's output is
+    ordered either way). ``program``: a build of the kernels (:func:`program`), default the
+    shipped one; ``stamps`` (grid x 16 int64): each CTA's phase stamps, from a lab build only."""
     rows, width = logits.shape
     if rows == 0:
         return
+    prog = program or _PROGRAM
+    profile = profiling(prog)
+    if stamps is not None and not profile:
+        raise ValueError("stamps: the shipped build has no phase stamps; launch a lab build "
+                         "(program=topk.program(profile=1))")
     index = logits.device.index
-    p = plan or _plan(rows, width, index, ordered)
-    if ordered and isinstance(p, (SoloPlan, SplitPlan)) and 32 * p.words < width:
-        raise ValueError(f"plan: the ordered emission needs column bitmaps of {_ceil(width, 32)} words for width "
-                         f"{width}, the plan has {p.words} (an unordered plan: pass ordered=False)")
-    sms, _ = _device_facts(index)
-    solo = isinstance(p, SoloPlan)
-    split = isinstance(p, SplitPlan)
-    fn = function(index, program, many=rows * p.cluster > sms, solo=solo, split=split)
+    lp = _plan(rows, width, index, ordered, plan)
+    fn = prog.function(lp.kernel, index, max_shared=_facts(index).smem_block - STATIC_BYTES, non_portable_cluster=True)
     stream = torch.cuda.current_stream(index).cuda_stream
-    key = (fn.handle, rows * p.cluster, p, stream, threading.get_ident())
+    key = (fn.handle, rows, width, ordered, plan, stream, profile, threading.get_ident())  # what lp was made from
     run = _LAUNCHES.get(key)
     if run is None:
         if len(_LAUNCHES) > 4096:  # many shapes or threads: start over rather than grow
             _LAUNCHES.clear()
-        run = _LAUNCHES[key] = _Launch(fn, rows * p.cluster, p, stream)
-    head = (logits.data_ptr(), logits.stride(0), width, lens.data_ptr(), starts.data_ptr(), ends.data_ptr(), mode,
-            next_n, k, out.data_ptr())
-    tail = (p.buf, p.words, int(ordered)) if solo else (p.cluster, p.buf, p.words, p.solo_max, int(ordered), p.stage) \
-        if split else (p.cluster, p.stage_keys, p.cand_keys, p.solo_max)
-    run(*head, *tail, None if dbg is None else dbg.data_ptr())
+        run = _LAUNCHES[key] = _Launch(fn, lp, stream, profile)
+    run(lp.args(logits, lens, starts, ends, mode, next_n, k, out, stamps, profile))
 
 
 def decode(logits: Tensor, lengths: Tensor, k: int, next_n: int, stable: bool, out: Tensor) -> None:

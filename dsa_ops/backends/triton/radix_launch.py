@@ -253,7 +253,7 @@ def bracket_min_len(p: RadixPlan, rows: int, samp: int = SAMP) -> int:
     """Shortest row (live length) that starts with the bracket, 0 for none: a host int, so
     graph-safe; each row compares its own device length with it. ``DSA_OPS_TRITON_BRACKET=1``
     / ``0`` forces the bracket on (every row of at least 4 x samp columns) / off; ``auto``
-    (the default) follows the H200 measurements in docs/benchmarks/kernel-variants.md
+    (the default) follows the H200 measurements in lab/notes/kernel-variants.md
     (v4): always in row mode (prefill: 2-3x faster), and in split mode from the length where
     the bracket's fixed cost (the sample sort, ~4 us) is paid back, which depends on the
     batch."""
