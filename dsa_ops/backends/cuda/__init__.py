@@ -12,7 +12,7 @@
   :class:`~.topk.LaunchPlan` the backend launches (kernel name, grid, cluster dims, shared
   memory, ``arg_types()`` / ``args(...)``); ``device_facts(device)`` the host ints it reads;
   ``program(profile=0)`` the shipped build or a lab build with phase stamps
-  (docs/cuda-layout.md).
+  (docs/cuda-kernel.md §1 and §7).
 
 Importing this package loads no library: NVRTC and libcuda load at the first build or
 launch, so CPU-only installs import it freely. This is infrastructure; no ``cuda``

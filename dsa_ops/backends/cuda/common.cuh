@@ -2,7 +2,7 @@
 // it): types and launch constants, the PTX wrappers (cluster barrier, distributed shared
 // memory, cluster-scope atomics), the per-CTA Scalars, CTA-wide scans, the digit choice over
 // a few CTAs' histograms (choose_bin_a2a), the row visitors, read_slice, row_window and the
-// profiling stamps. Design: docs/cuda-kernel.md §4; the files: docs/cuda-layout.md.
+// profiling stamps. Design: docs/cuda-kernel.md §4; the files: docs/cuda-kernel.md §1 and §7.
 //
 // No system headers: NVRTC compiles the program as is, these files reaching it as named
 // headers (dsa_ops/backends/cuda/topk.py); clusters are inline PTX.

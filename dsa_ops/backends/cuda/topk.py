@@ -1,7 +1,7 @@
 """Host side of the ``cuda`` backend: the launch plans and the two writers for ``topk.cu``
 (the cluster kernel), ``solo.cu`` (one CTA a row) and ``split.cu`` (a row over a cluster
 under a sampled bound), compiled as one program (their shared code: ``common.cuh``,
-``solo_row.cuh``; the files: docs/cuda-layout.md).
+``solo_row.cuh``; the files: docs/cuda-kernel.md §1 and §7).
 
 The plan depends only on host ints (R, W) and the device (multiprocessor count, shared
 memory), never on device data, so a captured graph replays correctly with new lengths.
@@ -37,7 +37,7 @@ THREADS = 512  # NT in common.cuh
 HIST_BYTES = 3 * 2048 * 4  # two shared histograms and the reduce-scatter totals
 STATIC_BYTES = 2048  # the kernel's static shared memory (Scalars: 1808 bytes), rounded up
 MAX_CLUSTER = 16  # Hopper's non-portable cluster limit
-# Few rows: CTAs a row by row count (H200, docs/benchmarks/cuda-variants.md: more than 64
+# Few rows: CTAs a row by row count (H200, lab/notes/cuda-variants.md: more than 64
 # CTAs in clusters of 8 or 16 ran slower than these).
 FEW_ROWS = ((4, 16), (8, 8), (16, 4), (64, 2), (1 << 62, 1))
 MIN_SLICE = 4096  # few rows: no more CTAs a row than leave each this many columns
