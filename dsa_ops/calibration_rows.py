@@ -21,6 +21,31 @@ from dsa_ops import policy as P
 from dsa_ops.calibration import Measurement, _points, prefill_threshold
 
 STOCK = "stock"  # vLLM 0.33.0's own choice for the call, timed by calibrate: a reference, never routed to
+# The vLLM route (passes/vllm_route.py) calls these kernels itself, as stock vLLM does, where the
+# policy picks one of these backends: kernel -> the backends whose pick runs it.
+ROUTE_CALLS = {"cooperative_topk": ("vllm_cooperative",), "persistent_topk": ("vllm_cooperative", "vllm_persistent")}
+
+
+def route_view(ms: Iterable[Measurement], arch: str, k: int = 2048) -> list[Measurement]:
+    """The measurements as the CUDA vLLM route pays them: at each decode shape where stock was
+    measured, a vLLM backend whose pick makes the route run stock's own kernel call there
+    (:data:`ROUTE_CALLS`) costs stock's time (right only if both its adapter's output and
+    stock's were). Everything else as measured."""
+    from dsa_ops.commands.bench_stock import stock_choice, KERNELS
+
+    ms = list(ms)
+    digits = "".join(c for c in arch if c.isdigit())
+    cap = (int(digits[:-1] or 0), int(digits[-1])) if digits else None
+    stock = {(m.rows, m.length, m.width): m for m in ms if m.family == "decode" and m.backend == STOCK}
+    out = []
+    for m in ms:
+        st = stock.get((m.rows, m.length, m.width)) if m.family == "decode" else None
+        if st is not None and m.backend != STOCK:
+            kernel = KERNELS[stock_choice("decode", "cuda", cap, k, m.rows, m.width)]
+            if m.backend in ROUTE_CALLS.get(kernel, ()):
+                m = Measurement(m.family, m.backend, m.rows, m.length, m.width, st.us, m.ok and st.ok)
+        out.append(m)
+    return out
 
 
 @dataclass(frozen=True)
@@ -255,12 +280,15 @@ def regret_table(rows: list[Regret]) -> str:
 
 def build_row_policy(ms: list[Measurement], platform: str, arch: str, meta: dict,
                      mix: Optional[dict[int, float]] = None, k: Optional[int] = None,
-                     stock_tol: Optional[float] = None) -> P.Policy:
+                     stock_tol: Optional[float] = None, for_route: bool = False) -> P.Policy:
     """Calibrated decode rules by width and row band (:func:`decode_row_bands`, with the stock
     guard when ``stock_tol`` is given and stock was measured), scoped to this platform, arch
     and (when given) k, then the prefill threshold's two rules, ahead of the default rules;
-    the measurements, bands, mix, guard and regret go under ``meta``."""
-    mix = context_mix(ms, mix)
+    the measurements, bands, mix, guard and regret go under ``meta``. ``for_route``: decide on
+    the costs the CUDA vLLM route pays (:func:`route_view`); ``meta`` keeps the measurements."""
+    measured = list(ms)
+    mix = context_mix(measured, mix)
+    ms = route_view(measured, arch, k or 2048) if for_route else measured
     bands = decode_row_bands(ms, mix, stock_tol)
     guard = stock_tol is not None and any(m.backend == STOCK for m in ms)
     dev = meta.get("device", arch)
@@ -286,8 +314,8 @@ def build_row_policy(ms: list[Measurement], platform: str, arch: str, meta: dict
         threshold = thr.threshold
     regrets = regret(ms, bands, mix)
     full_meta = {**meta, "method": "row-bands", "context_mix": {str(L): w for L, w in mix.items()},
-                 "stock_guard_us": stock_tol if guard else None,
+                 "stock_guard_us": stock_tol if guard else None, "for_vllm_route": for_route,
                  "decode_row_bands": [asdict(b) for b in bands], "prefill": asdict(thr) if thr else None,
                  "regret": [{**asdict(g), "regret_us": round(g.regret_us, 3)} for g in regrets],
-                 "measurements": [asdict(m) for m in ms]}
+                 "measurements": [asdict(m) for m in measured]}
     return P.Policy(tuple(decode) + P.DEFAULT.decode, prefill, threshold, False, f"calibrated-{dev}", full_meta)

@@ -7,9 +7,10 @@ CALIBRATION.json is what ``dsa-ops calibrate --out`` wrote on the H100 (or its
 ``.measurements.jsonl``, for a run that was cut short), with vLLM's kernels among the measured
 backends. From its stored measurements (no GPU needed) it writes
 
-* ``dsa_ops/policies/hopper-vllm.json``: calibrated over every measured backend with the stock
-  guard (each (W, rows) keeps to the backends within 1 us of stock vLLM's own choice at every
-  measured L); the default on Hopper where vLLM's kernels load (the vLLM route's case);
+* ``dsa_ops/policies/hopper-vllm.json``: calibrated over every measured backend on the costs the
+  vLLM route pays (``--for-vllm-route``: picking vLLM's kernel there costs what stock does), with
+  the stock guard (each (W, rows) keeps to the backends within 1 us of stock vLLM's own choice at
+  every measured L); the default on Hopper where vLLM's kernels load (the vLLM route's case);
 * ``dsa_ops/policies/hopper.json``: calibrated over the same measurements without the vLLM
   backends, no guard (there is no stock vLLM to match); the default on Hopper without them;
 
@@ -63,9 +64,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     status = 0
     for name, report, keep, guard in ((P.HOPPER_VLLM, "h100-policy-vllm.md", measured, args.stock_guard),
                                       (P.HOPPER, "h100-policy.md", without, "off")):
+        route = ["--for-vllm-route"] if name == P.HOPPER_VLLM else []
         rc = cli.main(["calibrate", "--from-measurements", args.calibration, "--backends", ",".join(keep),
                        "--name", os.path.splitext(name)[0], "--out", os.path.join(args.dest, name),
-                       "--report", os.path.join(args.reports, report), "--stock-guard", guard] + mix)
+                       "--report", os.path.join(args.reports, report), "--stock-guard", guard] + route + mix)
         if rc not in (0, 1):  # 1: some outputs failed the check and were left out (the report lists them)
             return rc
         status = max(status, rc)

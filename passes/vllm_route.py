@@ -28,7 +28,9 @@ Any other caller of those names gets vLLM's function unchanged. A routed call is
 of the public :func:`dsa_ops.topk_decode` / :func:`dsa_ops.topk_prefill` (``out=`` vLLM's
 buffer), whose backend comes from ``dsa_ops.policy.current()`` and host facts only (the
 call's row count included, so a row-banded policy picks per batch size), chosen and checked
-once per host facts and cached there.
+once per host facts and cached there. One exception, CUDA decode: where the policy picks one
+of vLLM's radix kernels for the call, the route calls that kernel as stock vLLM does (its
+``max_seq_len``, into its -1 filled buffer; :func:`route_decode`), so it costs what stock costs.
 :func:`install` refuses (one warning, nothing patched) on an untested vLLM version or
 when a seam is missing or no longer referenced by the function that calls it.
 """
@@ -79,17 +81,63 @@ def opted_in() -> bool:
 
 # ---------------------------------------------------------------- the routed calls
 
-calls = {"decode": 0, "prefill": 0}  # routed calls in this process (read by tests)
+calls = {"decode": 0, "prefill": 0, "vllm_call": 0}  # routed calls in this process (read by tests)
+
+# The policy's vLLM backends whose kernel the CUDA decode route calls the way stock vLLM does.
+VLLM_CALLS = {"vllm_cooperative": "cooperative_topk", "vllm_persistent": "persistent_topk"}
+COOPERATIVE_MAX_ROWS = 64  # as stock vLLM and the vllm_cooperative adapter: more rows run persistent_topk
+VLLM_CALL_DEVICES = ("cuda",)  # where vLLM's radix kernels run (tests widen it to "cpu" with stand-in kernels)
+_vllm_call: dict[tuple, Optional[str]] = {}
 
 
-def route_decode(logits: Tensor, seq_lens: Tensor, next_n: int, out: Tensor, k: int) -> None:
+def vllm_kernel(logits: Tensor, k: int, policy: Any) -> Optional[str]:
+    """The vLLM kernel the route calls itself for this call (cached per host facts), or None
+    when the policy's backend for it is not one of vLLM's radix kernels (:data:`VLLM_CALLS`)."""
+    key = (tuple(logits.shape), logits.stride(), logits.dtype, logits.device, k, id(policy))
+    if key in _vllm_call:
+        return _vllm_call[key]
+    from dsa_ops import policy as P
+
+    rows, width = logits.shape
+    kernel = None
+    if logits.device.type in VLLM_CALL_DEVICES and not torch.version.hip and logits.dtype == torch.float32 \
+            and logits.stride(1) == 1:
+        facts = P.facts_for(logits.device, k, 1, int(width), policy.stable, rows=int(rows))
+        kernel = VLLM_CALLS.get(policy.choose("decode", facts).backend)
+        if kernel == "cooperative_topk" and (rows > COOPERATIVE_MAX_ROWS or logits.stride(0) % 4):
+            kernel = "persistent_topk"
+    if len(_vllm_call) > 4096:
+        _vllm_call.clear()
+    _vllm_call[key] = kernel
+    return kernel
+
+
+def route_decode(logits: Tensor, seq_lens: Tensor, next_n: int, out: Tensor, k: int,
+                 max_seq_len: Optional[int] = None) -> None:
     """Decode top-k of vLLM's paged logits into ``out`` (vLLM's ``topk_indices`` view).
 
     ``seq_lens`` is vLLM's: one length per row ((R,), (B, next_n), or the ROCm path's
     flattened (R,)), or one per request ((B,) / (B, 1)) with R = B * next_n. The backend
     is the policy's, chosen and cached by :func:`dsa_ops.topk_decode` per host facts.
+
+    ``max_seq_len`` (CUDA: vLLM's host bound on the step's longest length): where the policy
+    picks one of vLLM's radix kernels for this call (``vllm_cooperative`` / ``vllm_persistent``)
+    and the lengths are per row, the route makes stock vLLM's own call of that kernel (its
+    length bound, its workspace size, into vLLM's buffer, which vLLM's indexer has -1 filled
+    before the top-k), so routing costs nothing where vLLM's kernel is the policy's choice.
+    The adapter would clamp and fill again and bound the lengths by the width.
     """
     rows, n = logits.shape[0], seq_lens.numel()
+    if max_seq_len is not None and n == rows and seq_lens.dtype == torch.int32:
+        kernel = vllm_kernel(logits, k, dsa_ops.policy.current())
+        if kernel is not None:
+            from dsa_ops.backends import vllm_radix
+
+            ops = getattr(torch.ops, vllm_radix.NAMESPACE)
+            getattr(ops, kernel)(logits, seq_lens, out, vllm_radix.workspace(logits.device), k, int(max_seq_len))
+            calls["decode"] += 1
+            calls["vllm_call"] += 1
+            return
     if n == rows:
         per_row_next_n = 1
     else:
@@ -119,7 +167,7 @@ class DecodeRouter:
 
     def __call__(self, logits: Tensor, seq_lens: Tensor, next_n: int, topk_indices: Tensor, topk_tokens: int,
                  max_seq_len: int) -> None:
-        route_decode(logits, seq_lens, next_n, topk_indices, topk_tokens)
+        route_decode(logits, seq_lens, next_n, topk_indices, topk_tokens, max_seq_len)
 
 
 # ---------------------------------------------------------------- seams and checks

@@ -422,3 +422,25 @@ def test_calibrate_times_stock_vllms_own_kernel_alone_and_checks_it_after_vllms_
         assert ran == ["cooperative_topk", "persistent_topk"]  # the checked calls (fill, then the kernel)
         timed[1]()  # the timed stock call: the kernel alone, no fill
         assert ran[-1] == "cooperative_topk"
+
+
+def test_for_the_route_vllms_backends_cost_what_stock_does_where_the_route_makes_stocks_call():
+    """The route calls vLLM's kernel as stock does where the policy picks vllm_cooperative (up to 64
+    rows: cooperative_topk; above: persistent_topk, which vllm_persistent's pick runs too). Here the
+    adapters are 3 us slower than stock and cuda 1 us: on the measured costs cuda wins everywhere,
+    on the route's costs vLLM's backends win, and the regret table shows them at stock's time."""
+    ms = []
+    for r in (8, 64, 128):
+        for L in (4096, 131072):
+            ms += [M("decode", R.STOCK, r, L, 133120, 10.0), M("decode", "cuda", r, L, 133120, 11.0),
+                   M("decode", "vllm_cooperative", r, L, 133120, 13.0),
+                   M("decode", "vllm_persistent", r, L, 133120, 13.5)]
+    view = {(m.backend, m.rows): m.us for m in R.route_view(ms, "sm_90")}
+    assert view[("vllm_cooperative", 8)] == 10.0 and view[("vllm_persistent", 8)] == 13.5  # stock runs coop at 8
+    assert view[("vllm_cooperative", 128)] == view[("vllm_persistent", 128)] == 10.0
+    plain = R.build_row_policy(ms, "cuda", "sm_90", {"device": "x"}, k=2048)
+    route = R.build_row_policy(ms, "cuda", "sm_90", {"device": "x"}, k=2048, for_route=True)
+    calibrated = lambda pol: [(r.max_rows, r.backend) for r in pol.decode if r.why.startswith("calibrated on")]  # noqa: E731
+    assert calibrated(plain) == [(None, "cuda")] and calibrated(route) == [(None, "vllm_cooperative")]
+    assert route.meta["for_vllm_route"] and route.meta["measurements"] == plain.meta["measurements"]
+    assert all(g["chosen_us"] == 10.0 for g in route.meta["regret"] if g["length"] != "mix")

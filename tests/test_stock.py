@@ -124,3 +124,24 @@ def test_run_writes_the_side_by_side_table(tmp_path, monkeypatch, capsys):
     import json
 
     assert json.loads((tmp_path / "bench.json").read_text())["mode"] == "stock"
+
+
+def test_the_routed_side_is_the_routes_call_so_picking_vllms_kernel_costs_stocks_call(fake_vllm_ops, monkeypatch):
+    """A policy that picks vllm_cooperative: the routed side runs vLLM's own kernel call (as the
+    CUDA route does), not the adapter, and says so."""
+    import dataclasses
+
+    from dsa_ops import policy as P
+    from dsa_ops.backends import BACKENDS
+    from dsa_ops.backends.base import YES
+    from passes import vllm_route
+
+    monkeypatch.setitem(BACKENDS, "vllm_cooperative", dataclasses.replace(
+        BACKENDS["vllm_cooperative"], available=lambda: YES, supports=lambda q: YES, _cache={}))
+    monkeypatch.setattr(vllm_route, "VLLM_CALL_DEVICES", ("cpu",))
+    monkeypatch.setattr(vllm_route, "_vllm_call", {})
+    pols = {"vc": P.Policy(decode=(P.Rule("vllm_cooperative"),), prefill=(P.Rule("reference"),))}
+    recs = S.case(8, 3000, 2500, 512, 30, 8, pols, device="cpu", runner=_eager_runner, capability=H100)
+    assert [(r["side"], r["runs"], r["verified"]) for r in recs] == [
+        ("stock", "cooperative_topk", "ok"), ("routed:vc", "cooperative_topk (vLLM's call)", "ok")]
+    assert fake_vllm_ops == ["cooperative_topk", "cooperative_topk"]

@@ -162,3 +162,44 @@ def test_add_to_compilation_config_checks_the_policy_first(bad, match, tmp_path,
         passes_vllm.add_to_compilation_config({"mode": 3}, policy=bad)
     with pytest.raises(ValueError, match=match):
         passes_vllm.install(types.SimpleNamespace(inductor_compile_config={}, inductor_passes={}), policy=bad)
+
+
+def _vllm_cooperative_here(monkeypatch):
+    """The vllm_cooperative record made available (its kernels are the stand-ins of tests.standins)."""
+    import dataclasses
+
+    from dsa_ops.backends import BACKENDS
+    from dsa_ops.backends.base import YES
+
+    monkeypatch.setitem(BACKENDS, "vllm_cooperative", dataclasses.replace(
+        BACKENDS["vllm_cooperative"], available=lambda: YES, supports=lambda q: YES, _cache={}))
+    monkeypatch.setattr(vllm_route, "VLLM_CALL_DEVICES", ("cpu",))
+    monkeypatch.setattr(vllm_route, "_vllm_call", {})
+
+
+@pytest.mark.parametrize("rows, kernel", [(4, "cooperative_topk"), (80, "persistent_topk")])
+def test_the_cuda_decode_route_makes_vllms_own_call_where_the_policy_picks_vllms_kernel(monkeypatch, rows, kernel):
+    """Where the policy picks vllm_cooperative, the route calls vLLM's kernel as stock vLLM does
+    (max_seq_len passed on, into vLLM's -1 filled buffer; more than 64 rows: persistent_topk), not
+    through the adapter; elsewhere, and without max_seq_len (the ROCm seam), dsa_ops.topk_decode."""
+    from dsa_ops import policy as P
+    from tests.standins import fake_vllm_kernels
+
+    _vllm_cooperative_here(monkeypatch)
+    pol = P.Policy(decode=(P.Rule("vllm_cooperative", max_rows=100), P.Rule("reference")),
+                   prefill=(P.Rule("reference"),))
+    logits = torch.randn(rows, 3000)
+    lens = torch.randint(0, 3001, (rows,), dtype=torch.int32)
+    with fake_vllm_kernels() as ran, P.use(pol):
+        before = dict(vllm_route.calls)
+        out = torch.full((rows, 512), -1, dtype=torch.int32)  # vLLM's indexer fills its buffer first
+        vllm_route.route_decode(logits, lens, 1, out, 512, int(lens.max()))
+        assert ran == [kernel] and vllm_route.calls["vllm_call"] == before["vllm_call"] + 1
+        assert_decode_equivalent(out, logits, lens, 512)
+        wide = torch.randn(120, 3000)  # past the band: the policy's reference, through dsa_ops
+        wl = torch.full((120,), 2000, dtype=torch.int32)
+        wout = torch.full((120, 512), -1, dtype=torch.int32)
+        vllm_route.route_decode(wide, wl, 1, wout, 512, 2000)
+        assert ran == [kernel] and vllm_route.calls["vllm_call"] == before["vllm_call"] + 1
+        assert_decode_equivalent(wout, wide, wl, 512)
+        assert vllm_route.vllm_kernel(logits, 1024, P.DEFAULT) is None  # a policy that never picks vLLM's kernels

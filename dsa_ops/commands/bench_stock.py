@@ -13,8 +13,9 @@ backend of the plain bench). Before the top-k, vLLM's indexer fills the step's r
 index buffer with -1 (``topk_indices_buffer[:num_tokens] = -1``), routed or not; both sides
 here include that fill, so their difference is the top-k's alone.
 
-Routed = ``dsa_ops.topk_decode(logits, lengths, k, out=buffer)`` with the policy in force
-(what ``passes/vllm_route.py`` calls), eager route cache warm. Both are captured in a CUDA
+Routed = what the CUDA vLLM route (``passes/vllm_route.py``, ``route_decode``) runs for the call
+under the policy: ``dsa_ops.topk_decode(logits, lengths, k, out=buffer)``, or, where the policy
+picks ``vllm_cooperative`` / ``vllm_persistent``, stock vLLM's own call of that kernel; caches warm. Both are captured in a CUDA
 graph and replayed with the L2 flushed, as the bench does; both outputs are checked against
 the reference first.
 """
@@ -94,16 +95,31 @@ def stock_call(choice: str, x: torch.Tensor, lens: torch.Tensor, k: int, out: to
     return call if fill else kernel
 
 
-def routed_call(x: torch.Tensor, lens: torch.Tensor, k: int, out: torch.Tensor, pol) -> Callable[[], None]:
-    """The routed call: the same -1 fill, then ``dsa_ops.topk_decode`` under ``pol``."""
+def routed_call(x: torch.Tensor, lens: torch.Tensor, k: int, out: torch.Tensor, pol,
+                max_seq_len: int) -> Callable[[], None]:
+    """The routed call: the same -1 fill, then what the CUDA vLLM route runs under ``pol``
+    (``passes.vllm_route.route_decode``: ``dsa_ops.topk_decode``, or stock vLLM's own kernel
+    call where the policy picks one of vLLM's radix kernels)."""
     import dsa_ops
+    from passes import vllm_route
 
     def call() -> None:
         out.fill_(-1)
         with dsa_ops.policy.use(pol):
-            dsa_ops.topk_decode(x, lens, k, out=out)
+            vllm_route.route_decode(x, lens, 1, out, k, max_seq_len)
 
     return call
+
+
+def routed_runs(x: torch.Tensor, k: int, pol, device: str) -> str:
+    """What the routed call runs: the policy's backend, or vLLM's kernel called as stock does."""
+    from dsa_ops import policy as P
+    from passes import vllm_route
+
+    kernel = vllm_route.vllm_kernel(x, k, pol)
+    if kernel is not None:
+        return f"{kernel} (vLLM's call)"
+    return pol.choose("decode", P.facts_for(device, k, 1, int(x.shape[1]), pol.stable, rows=int(x.shape[0]))).backend
 
 
 def _graph_runner(call: Callable[[], None], reps: int) -> tuple[Callable[[], None], Callable[[], dict]]:
@@ -118,7 +134,6 @@ def case(rows: int, width: int, length: Any, k: int, reps: int, nver: int, polic
          runner: Callable = _graph_runner, capability: Optional[tuple[int, int]] = None) -> list[dict]:
     """One decode shape: the stock record, then one routed record per policy. Each output is
     checked after one replay of its graph (``runner``: tests pass an eager one)."""
-    from dsa_ops import policy as P
     from dsa_ops.commands.bench import _verify
 
     g = torch.Generator(device=device).manual_seed(rows * 7 + width)
@@ -134,8 +149,7 @@ def case(rows: int, width: int, length: Any, k: int, reps: int, nver: int, polic
     base = {"family": "decode", "rows": rows, "width": width, "length": length}
     calls = [("stock", KERNELS[choice], stock_call(choice, x, lens, k, out, max_seq_len))]
     for label, pol in policies.items():
-        picked = pol.choose("decode", P.facts_for(device, k, 1, width, rows=rows)).backend
-        calls.append((f"routed:{label}", picked, routed_call(x, lens, k, out, pol)))
+        calls.append((f"routed:{label}", routed_runs(x, k, pol, device), routed_call(x, lens, k, out, pol, max_seq_len)))
     records = []
     for side, what, call in calls:
         once, timed = runner(call, reps)

@@ -50,6 +50,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--stock-guard", default="1.0", metavar="US",
                    help="where vLLM's own choice was measured (the 'stock' column: vLLM's ops load), keep to the "
                    "backends within US us of it at every measured L (default: %(default)s; 'off': no guard)")
+    p.add_argument("--for-vllm-route", action="store_true",
+                   help="decide on what the CUDA vLLM route pays: where it picks vllm_cooperative / vllm_persistent it "
+                   "makes stock vLLM's own kernel call, so those cost the 'stock' column's time there")
     p.add_argument("--name", help="the policy's name (default: calibrated-<device>)")
     p.add_argument("--from-measurements", metavar="JSON",
                    help="no GPU: rebuild from this calibrate JSON's (or .measurements.jsonl's) measurements")
@@ -300,6 +303,11 @@ def report(policy, ms: list) -> str:
               "measured shape: the chosen backend's time against the fastest backend at that shape (regret = "
               "chosen - best; 0 where the choice is the fastest). The `mix` lines compare the chosen backend's "
               "expected time over the mix with an oracle that picks the fastest backend for each L.", ""]
+    if meta.get("for_vllm_route"):
+        lines += ["Costs as the CUDA vLLM route pays them (`--for-vllm-route`): where the policy picks "
+                  "vllm_cooperative / vllm_persistent the route makes stock vLLM's own kernel call, so in the choice and "
+                  "in the regret table below those backends cost the `stock` column's time where stock runs their "
+                  "kernel (the decode table above keeps the adapters' own times).", ""]
     if meta.get("stock_guard_us") is not None:
         lines += [f"Stock guard: at each (W, rows) only the backends within {meta['stock_guard_us']:g} us of stock vLLM "
                   f"0.33.0's own choice (the `stock` column: its kernel alone, with the shape's L as its bound) at "
@@ -375,7 +383,8 @@ def run(args: argparse.Namespace) -> int:
         ms = measure(args, sink=_sink_path(args.out), meta=meta)
         meta["backends"] = sorted({m.backend for m in ms})
     try:
-        pol = build_row_policy(ms, meta["platform"], meta["arch"], meta, mix, k=meta.get("k", args.k), stock_tol=tol)
+        pol = build_row_policy(ms, meta["platform"], meta["arch"], meta, mix, k=meta.get("k", args.k), stock_tol=tol,
+                               for_route=args.for_vllm_route)
     except ValueError as exc:
         raise checks.UsageError(str(exc)) from None
     if args.name:
