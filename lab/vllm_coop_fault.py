@@ -20,36 +20,9 @@ import time
 
 import torch
 
+from tests.specials import ISSUE_LENGTHS, NEG_NAN, POS_NAN, WIDTH as W, special_rows, structural
+
 K = 2048
-W = 133120
-ISSUE_LENGTHS = (16384, 131072, 65536, 98304, 32768, 49152, 12288, 12289, 0)
-NEG_NAN = 0xFFC00000  # sign-set quiet NaN
-POS_NAN = 0x7FC00000
-
-
-def _bits(value: int) -> torch.Tensor:
-    return torch.tensor([value], dtype=torch.int64).to(torch.int32).view(torch.float32)
-
-
-def special_rows(lengths, width=W, finite=1024, nans=6144, nan_bits=(NEG_NAN,), tail=True, seed=0):
-    """-inf rows; per row ``finite`` randn keys and ``nans`` NaNs (cycling through
-    ``nan_bits``) at distinct random columns of [0, L); columns >= L alternate +NaN / +inf."""
-    gen = torch.Generator().manual_seed(seed)
-    rows = len(lengths)
-    x = torch.full((rows, width), float("-inf"))
-    for r, length in enumerate(lengths):
-        length = max(0, min(int(length), width))
-        perm = torch.randperm(length, generator=gen)
-        f = perm[:finite]
-        x[r, f] = torch.randn(f.numel(), generator=gen)
-        n = perm[finite:finite + nans]
-        for j, b in enumerate(nan_bits):
-            x[r, n[j::len(nan_bits)]] = _bits(b)
-        if tail and length < width:
-            cols = torch.arange(length, width)
-            x[r, cols[0::2]] = _bits(POS_NAN)
-            x[r, cols[1::2]] = float("inf")
-    return x
 
 
 CASES = {
@@ -80,21 +53,6 @@ CASES = {
 }
 
 
-def structural(got: torch.Tensor, lengths: torch.Tensor, k: int = K) -> str:
-    """'' when every row has min(L, k) distinct indices in [0, L) and -1 after; else why."""
-    got = got.cpu().long()
-    for r, length in enumerate(lengths.clamp(0, W).tolist()):
-        m = min(length, k)
-        head, tail = got[r, :m], got[r, m:]
-        if bool((tail != -1).any()):
-            return f"row {r}: a slot past min(L, k) = {m} is not -1"
-        if bool(((head < 0) | (head >= length)).any()):
-            return f"row {r}: an index outside [0, {length})"
-        if head.unique().numel() != m:
-            return f"row {r}: repeated indices"
-    return ""
-
-
 def run_case(name: str) -> dict:
     import dsa_ops
     from dsa_ops.testing import assert_decode_equivalent
@@ -112,7 +70,7 @@ def run_case(name: str) -> dict:
     else:
         dsa_ops.topk_decode(x, lens, K, backend=how, out=out)
     torch.cuda.synchronize()
-    rec = {"case": name, "how": how, "fault": False, "structural": structural(out, lens.cpu())}
+    rec = {"case": name, "how": how, "fault": False, "structural": structural(out, lens, W, K)}
     try:
         assert_decode_equivalent(out, x, lens, K)
         rec["contract"] = "ok"

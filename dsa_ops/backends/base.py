@@ -70,6 +70,10 @@ class Backend:
         supports: shape / dtype / k check for one call, from host facts only.
         version: version string of what the backend wraps (goes into pass cache keys).
         description: one line for tables and ``dsa-ops explain``.
+        exact: False where the backend may differ from the contract on NaN / -inf / -0.
+        faults: non-empty where the wrapped kernel is known to fault the process on some
+            legal input (what input, and where it was measured). No policy picks such a
+            backend; an explicit ``backend=`` still runs it.
     """
 
     name: str
@@ -80,6 +84,7 @@ class Backend:
     version: Callable[[], str]
     description: str = ""
     exact: bool = True  # False: may differ from the contract on NaN / -inf / -0 (baselines)
+    faults: str = ""  # a known fault of the process on legal input (see the docstring)
     test_only: bool = False  # registered by tests; never listed by dsa_ops.backends()
     _cache: dict = field(default_factory=dict, compare=False, repr=False)
 
