@@ -72,6 +72,8 @@ def _host_int(x, name: str):
         return operator.index(x)
     if isinstance(x, float):
         validate._fail(f"{name}: expected an int, got a float")
+    if validate.traced_value(x):  # a tensor or numpy value: no constant to hand to the folded checks
+        validate.not_an_int(name, x)
     return x
 
 
@@ -236,6 +238,8 @@ def topk_decode(
 def _compiled_decode(logits, lengths, k, next_n, backend, out, compress_ratio, stable, check) -> Tensor:
     k, next_n, compress_ratio = _host_int(k, "k"), _host_int(next_n, "next_n"), _host_int(compress_ratio,
                                                                                         "compress_ratio")
+    if validate.traced_value(stable):
+        validate.check_stable(stable)
     metas = (("logits", _meta(logits)), ("lengths", _meta(lengths))) + ((("out", _meta(out)),) if out is not None
                                                                         else ())
     _static_checks("decode", metas, k, next_n, compress_ratio, stable)
@@ -325,6 +329,8 @@ def topk_prefill(
 def _compiled_prefill(logits, row_starts, row_ends, k, max_seqlen_k, backend, out, compress_ratio, stable,
                       check) -> Tensor:
     k, compress_ratio = _host_int(k, "k"), _host_int(compress_ratio, "compress_ratio")
+    if validate.traced_value(stable):
+        validate.check_stable(stable)
     metas = (("logits", _meta(logits)), ("row_starts", _meta(row_starts)), ("row_ends", _meta(row_ends)))
     _static_checks("prefill", metas + ((("out", _meta(out)),) if out is not None else ()), k, 1, compress_ratio,
                    stable)
