@@ -88,11 +88,25 @@ def _width(logits: Tensor) -> Optional[int]:
     return None if torch.compiler.is_compiling() else int(logits.shape[1])
 
 
-def _backend_op(name: str, family: str, logits: Tensor, k: int, compress_ratio: int, stable: bool, out: bool):
-    backend = get(name)
-    sup = backend.check(Query(family, logits.device.type, k, _width(logits), stable, compress_ratio))
+def _check_backend(name, family: str, device_type: str, k: int, width: Optional[int], stable: bool,
+                   compress_ratio: int) -> None:
+    """Raise the ValueError naming ``backend`` when no backend of that name is registered or it
+    does not serve the call. Constant-folded under dynamo (marked below), so an unknown name
+    raises this error at trace time, not dynamo's 'Observed exception' of the registry's."""
+    try:
+        backend = get(name)
+    except ValueError as exc:
+        validate._fail(str(exc))
+    sup = backend.check(Query(family, device_type, k, width, stable, compress_ratio))
     if not sup:
         validate._fail(f"backend: {sup.reason}")
+
+
+_check_backend._dynamo_marked_constant = True
+
+
+def _backend_op(name: str, family: str, logits: Tensor, k: int, compress_ratio: int, stable: bool, out: bool):
+    _check_backend(name, family, logits.device.type, k, _width(logits), stable, compress_ratio)
     return ops.backend_op(name, family, out=out)
 
 

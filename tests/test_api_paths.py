@@ -30,7 +30,7 @@ def test_marked_constant_matches_torch():
     marked = torch.compiler.assume_constant_result(probe)
     attrs = {a for a in vars(marked)}
     assert attrs == {"_dynamo_marked_constant"}
-    for fn in (api._policy_backend, api._static_checks, api._policy_scalars, validate._fail):
+    for fn in (api._policy_backend, api._static_checks, api._policy_scalars, api._check_backend, validate._fail):
         assert getattr(fn, "_dynamo_marked_constant") is True
 
 
@@ -253,7 +253,8 @@ def _message(fn, args) -> str:
 
 HOST_ARGS = [("prefill", "max_seqlen_k", "max"), ("prefill", "max_seqlen_k", torch.tensor(64)),
              ("prefill", "max_seqlen_k", np.int64(64)), ("prefill", "max_seqlen_k", np.int32(0)),
-             ("decode", "k", np.int64(8)), ("prefill", "k", np.int64(8)),
+             ("decode", "backend", "nosuch"), ("decode", "backend", 123), ("prefill", "backend", "nosuch"),
+             ("prefill", "backend", 123), ("decode", "k", np.int64(8)), ("prefill", "k", np.int64(8)),
              ("decode", "k", torch.tensor(8)), ("decode", "next_n", np.int64(1)),
              ("decode", "compress_ratio", np.int64(1)), ("prefill", "compress_ratio", np.int32(1))]
 
@@ -261,10 +262,10 @@ HOST_ARGS = [("prefill", "max_seqlen_k", "max"), ("prefill", "max_seqlen_k", tor
 @pytest.mark.parametrize("inside", [True, False], ids=["constant", "argument"])
 @pytest.mark.parametrize("family, arg, bad", HOST_ARGS, ids=lambda v: repr(v) if not isinstance(v, str) else v)
 def test_compiled_host_argument_errors_match_eager(fresh_dynamo, family, arg, bad, inside):
-    """Issue #44 items 3, 6: a tensor or numpy max_seqlen_k (``lengths.max()`` without int())
-    and a numpy k / next_n / compress_ratio raise, under torch.compile(fullgraph=True), the
-    ValueError that eager raises, with the same message (not dynamo's 'repr() on tensor',
-    nor 'got tensor(64)' where eager says 'got np.int64(64)')."""
+    """Issue #44 items 3, 4, 6: a tensor or numpy max_seqlen_k (``lengths.max()`` without
+    int()), an unknown backend name and a numpy k / next_n / compress_ratio raise, under
+    torch.compile(fullgraph=True), the ValueError that eager raises, with the same message
+    (not dynamo's 'repr() on tensor' / 'Observed exception', nor 'got tensor(64)')."""
     if not inside and arg == "max_seqlen_k" and isinstance(bad, str):
         pytest.skip("lengths.max() is computed inside the function")
     fn, args = _host_arg_call(family, arg, bad, inside)

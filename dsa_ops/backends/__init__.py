@@ -58,7 +58,7 @@ def get(name: str) -> Backend:
     """The backend called ``name``; a ValueError lists the registered ones otherwise."""
     try:
         return BACKENDS[name]
-    except KeyError:
+    except (KeyError, TypeError):  # TypeError: an unhashable name
         raise ValueError(f"backend: no backend named {name!r}; registered: {sorted(BACKENDS)}") from None
 
 
