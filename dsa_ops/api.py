@@ -211,7 +211,9 @@ def topk_decode(
         compress_ratio: the indexer's KV compression ratio (1 for DSA); read by the pass.
         stable: lowest index wins ties and the valid prefix is in ascending index order;
             None takes the policy's ``stable`` flag.
-        check: also check device values (lengths within [0, W]); synchronises.
+        check: also check device values (lengths within [0, W]); synchronises (so not for a
+            captured CUDA graph). Under torch.compile the check is an op of the graph
+            (``dsa_ops::check_decode_values``) and raises when the graph runs.
 
     Returns:
         (R, k) int32. Row r holds min(L_r, k) distinct columns in [0, L_r), in no
@@ -261,8 +263,8 @@ def _compiled_decode(logits, lengths, k, next_n, backend, out, compress_ratio, s
     if out is not None:
         validate.check_out(out, logits, k)
     stable = _stable(stable, _policy_scalars()[0])
-    if check:
-        validate.check_decode_values(logits, lengths, next_n, validate.decode_layout(lengths, logits.shape[0], next_n))
+    if check:  # in an op: the check branches on device values (dsa_ops.ops.check_decode_values)
+        lengths = ops.check_decode_values(logits, lengths, next_n)
     if backend is None:
         op = ops.generic_op("decode", out=out is not None)
     else:
@@ -305,7 +307,8 @@ def topk_prefill(
         compress_ratio: the indexer's KV compression ratio (1 for DSA).
         stable: lowest index wins ties and the valid prefix is in ascending order;
             None takes the policy's ``stable`` flag.
-        check: also check device values (0 <= start <= end <= N); synchronises.
+        check: also check device values (0 <= start <= end <= N); synchronises. Under
+            torch.compile, the op ``dsa_ops::check_prefill_values`` in the graph.
 
     Returns:
         (R, k) int32 sequence-local indices ``j - row_starts[r]``, min(L_r, k) of them,
@@ -354,8 +357,8 @@ def _compiled_prefill(logits, row_starts, row_ends, k, max_seqlen_k, backend, ou
     validate.check_max_seqlen_k(max_seqlen_k)
     pol_stable, threshold = _policy_scalars()
     stable = _stable(stable, pol_stable)
-    if check:
-        validate.check_prefill_values(logits, row_starts, row_ends)
+    if check:  # in an op, as for decode
+        row_starts, row_ends = ops.check_prefill_values(logits, row_starts, row_ends)
     if backend is None:
         # The host branch (a guard under dynamo): which side of the threshold are we on?
         # An explicit `if` so dynamo guards on the comparison and passes on a constant.

@@ -196,3 +196,34 @@ def generic_op(family: str, out: bool = False):
 
 
 _register_generic()
+
+
+# ``check=True`` under torch.compile: the device-value checks synchronise and branch on device
+# data, which dynamo cannot trace, so compiled calls run them in these ops. Each returns a
+# fresh copy of the index tensors it checked, which the top-k op then reads: the data
+# dependency keeps the check in the graph (an op with no output would be dead code) and
+# orders it before any write to ``out``. Eager calls run the checks directly.
+@torch.library.custom_op(f"{NAMESPACE}::check_decode_values", mutates_args=())
+def check_decode_values(logits: Tensor, lengths: Tensor, next_n: int) -> Tensor:
+    """``lengths`` (a copy) once every length lies in [0, W]; else the ValueError of
+    :func:`dsa_ops.validate.check_decode_values`."""
+    validate.check_decode_values(logits, lengths, next_n, validate.decode_layout(lengths, logits.shape[0], next_n))
+    return lengths.clone()
+
+
+@check_decode_values.register_fake
+def _(logits: Tensor, lengths: Tensor, next_n: int) -> Tensor:
+    return torch.empty_like(lengths)
+
+
+@torch.library.custom_op(f"{NAMESPACE}::check_prefill_values", mutates_args=())
+def check_prefill_values(logits: Tensor, row_starts: Tensor, row_ends: Tensor) -> tuple[Tensor, Tensor]:
+    """``(row_starts, row_ends)`` (copies) once 0 <= start <= end <= W in every row; else the
+    ValueError of :func:`dsa_ops.validate.check_prefill_values`."""
+    validate.check_prefill_values(logits, row_starts, row_ends)
+    return row_starts.clone(), row_ends.clone()
+
+
+@check_prefill_values.register_fake
+def _(logits: Tensor, row_starts: Tensor, row_ends: Tensor) -> tuple[Tensor, Tensor]:
+    return torch.empty_like(row_starts), torch.empty_like(row_ends)

@@ -4,7 +4,8 @@ Every check reads host facts only (dtype, device, rank, sizes, strides), so it n
 synchronises and is safe under graph capture. Each failure is a ValueError that names the
 argument and what was expected. Checks on device values (lengths beyond the width, ends
 before starts) live in :func:`check_decode_values` / :func:`check_prefill_values`, which
-synchronise and run only when the caller asks for them (``check=True``).
+synchronise and run only when the caller asks for them (``check=True``; under torch.compile
+inside the ops :func:`dsa_ops.ops.check_decode_values` / :func:`~dsa_ops.ops.check_prefill_values`).
 """
 
 from __future__ import annotations
