@@ -157,12 +157,13 @@ def check_max_seqlen_k(max_seqlen_k) -> None:
         _fail(f"max_seqlen_k: expected a host int >= 0 or None, got {max_seqlen_k!r}")
 
 
-def check_static(family: str, metas: tuple, k, next_n, compress_ratio, stable) -> None:
+def check_static(metas: tuple, k, ints: tuple, compress_ratio, stable) -> None:
     """The checks that need no shapes: each tensor argument's type, dtype, device and rank,
     and the int / bool arguments. ``metas``: (name, (dtype, device, dim) or a type name) per
-    tensor argument, logits first. Under ``torch.compile`` the public wrappers call this with
-    constants only (dynamo runs it at trace time, so a bad argument raises this ValueError,
-    not dynamo's "Observed exception"); shapes and strides are checked by the fake kernels."""
+    tensor argument, logits first; ``ints``: (name, value) per family int argument (decode's
+    next_n). Under ``torch.compile`` the public wrappers call this with constants only
+    (dynamo runs it at trace time, so a bad argument raises this ValueError, not dynamo's
+    "Observed exception"); shapes and strides are checked by the fake kernels."""
     device = metas[0][1][1] if isinstance(metas[0][1], tuple) else None
     for name, meta in metas:
         if not isinstance(meta, tuple):
@@ -177,8 +178,8 @@ def check_static(family: str, metas: tuple, k, next_n, compress_ratio, stable) -
         if dim not in dims:
             _fail(f"{name}: expected a {' or '.join(f'{d}-D' for d in dims)} tensor, got {dim}-D")
     check_k(k)
-    if family == "decode":
-        check_next_n(next_n)
+    for name, value in ints:
+        _INT_CHECKS[name](value)
     check_compress_ratio(compress_ratio)
     check_stable(stable)
 
@@ -186,6 +187,9 @@ def check_static(family: str, metas: tuple, k, next_n, compress_ratio, stable) -
 def check_compress_ratio(compress_ratio) -> None:
     if isinstance(compress_ratio, bool) or not isinstance(compress_ratio, int) or compress_ratio < 1:
         not_an_int("compress_ratio", compress_ratio)
+
+
+_INT_CHECKS = {"next_n": check_next_n}  # a family's int arguments (dsa_ops.family.Family.ints)
 
 
 def decode_layout(lengths: Tensor, rows, next_n: int) -> str:

@@ -68,7 +68,7 @@ def test_opcheck_value_checks(family, gen):
     pass them: the layouts above hold lengths past W and inverted windows on purpose)."""
     x = torch.randn(6, WIDTH, generator=gen)
     if family == "decode":
-        torch.library.opcheck(ops.check_decode_values, (x, data.i32([1, 64, WIDTH]), 2), test_utils=UTILS)
+        torch.library.opcheck(ops.check_op("decode"), (x, data.i32([1, 64, WIDTH]), 2), test_utils=UTILS)
     else:
         starts, ends = data.i32([0, 3, 10, 250, 90, 0]), data.i32([0, 70, 200, WIDTH, 100, 5])
-        torch.library.opcheck(ops.check_prefill_values, (x, starts, ends), test_utils=UTILS)
+        torch.library.opcheck(ops.check_op("prefill"), (x, starts, ends), test_utils=UTILS)

@@ -23,7 +23,7 @@ import dsa_ops
 from dsa_ops import ops
 from dsa_ops.backends import BACKENDS, vllm_radix
 from dsa_ops.backends.base import YES, Query, module_version
-from dsa_ops.backends.reference import row_lengths
+from dsa_ops.backends.rows import row_lengths
 from dsa_ops.testing import assert_decode_equivalent
 from tests import data
 from tests.kernel_doubles import (
