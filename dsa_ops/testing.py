@@ -17,6 +17,8 @@ from dsa_ops.backends import reference
 from dsa_ops.backends.rows import row_lengths
 from dsa_ops.validate import decode_layout
 
+POISON = 0x7EAD_BEEF  # what a poisoned ``out`` slot starts as: neither a column nor -1, so an unwritten slot shows
+
 
 def _fail(msg: str, r: int, got: Tensor, want: Tensor) -> None:
     raise AssertionError(

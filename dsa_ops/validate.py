@@ -15,6 +15,7 @@ from typing import NoReturn
 
 import torch
 from torch import Tensor
+from torch._guards import TracingContext  # loaded by torch itself (dynamo is not)
 
 MAX_K = 4096
 
@@ -28,8 +29,6 @@ def _fail(msg: str) -> NoReturn:
     """Raise :class:`ArgumentError`. Dynamo calls this at trace time with the message as a
     constant (it is marked as having a constant result), so under ``torch.compile`` the error
     is raised as is, as a subclass that dynamo lets through (not its "Observed exception")."""
-    from torch._guards import TracingContext
-
     if TracingContext.try_get() is not None:
         raise _traced_error()(msg)
     raise ArgumentError(msg)

@@ -7,8 +7,10 @@ import hashlib
 from typing import Any, Callable, Iterator, Optional, Sequence
 
 from torch import fx
+from torch._inductor import config
 from torch._inductor.custom_graph_pass import CustomGraphPass
 
+from dsa_ops import ops
 from dsa_ops import policy as policy_mod
 from passes.indexer_topk import IndexerTopKPass
 
@@ -58,8 +60,6 @@ def inductor_options(policy: Optional[policy_mod.Policy] = None, existing: Any =
     Example:
         >>> torch.compile(step, fullgraph=True, options=passes.inductor_options())  # doctest: +SKIP
     """
-    from torch._inductor import config
-
     if existing is None:
         existing = config.post_grad_custom_post_pass
     return {"post_grad_custom_post_pass": compose(existing, pass_ or IndexerTopKPass(policy))}
@@ -77,10 +77,6 @@ def install(policy: Optional[policy_mod.Policy] = None) -> Iterator[IndexerTopKP
     outlives the block, use ``torch.compile(fn, options=inductor_options())``, which keeps
     the pass on every recompile.
     """
-    from torch._inductor import config
-
-    from dsa_ops import ops
-
     ours = IndexerTopKPass(policy)
     try:
         with config.patch(post_grad_custom_post_pass=compose(config.post_grad_custom_post_pass, ours)):
