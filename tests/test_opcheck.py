@@ -36,7 +36,7 @@ LAYOUTS = {
 }
 
 
-def _targets() -> list:
+def _opcheck_params() -> list:
     """(backend name or None, family, layout), from the registry so new backends are covered."""
     params = []
     for fam in ops.FAMILIES:
@@ -49,7 +49,7 @@ def _targets() -> list:
 
 
 @pytest.mark.parametrize("out", [False, True], ids=["functional", "out"])
-@pytest.mark.parametrize("backend, family, layout", _targets())
+@pytest.mark.parametrize("backend, family, layout", _opcheck_params())
 def test_opcheck(backend, family, layout, out, gen):
     args = _decode_args(layout, gen) if family == "decode" else _prefill_args(layout, gen)
     args = (*args, 1, False)  # compress_ratio, stable

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 import dsa_ops
 from dsa_ops.testing import assert_decode_equivalent, assert_prefill_equivalent
 from tests import oracle
-from tests.data import POISON, from_bits, logits, poisoned_out, sliced
+from tests.data import POISON, from_bits, logits, poison_tail, poisoned_out, sliced
 from tests.test_properties import assert_topk_properties, decode_case, prefill_case
 
 INTERP = os.environ.get("TRITON_INTERPRET") == "1"
@@ -32,7 +32,6 @@ except Exception:  # pragma: no cover - CI installs triton
     HAS_TRITON = False
 
 interp = pytest.mark.skipif(not INTERP, reason="runs in the TRITON_INTERPRET=1 child of test_interpreter_suite")
-needs_gpu = pytest.mark.skipif(INTERP or not torch.cuda.is_available(), reason="needs a CUDA device")
 
 
 def test_interpreter_suite():
@@ -52,13 +51,6 @@ def test_interpreter_suite():
 # --- interpreter cases (CPU) ------------------------------------------------------------
 
 
-def _poison_tail(x: torch.Tensor, ends: list[int], value: float) -> torch.Tensor:
-    y = x.clone()
-    for r, e in enumerate(ends):
-        y[r, max(e, 0):] = value
-    return y
-
-
 @interp
 @pytest.mark.parametrize("k", [16, 64, 2048])
 @pytest.mark.parametrize("stable", [False, True])
@@ -67,7 +59,7 @@ def test_decode_lengths_edges(gen, k, stable):
     lens = [0, 1, k - 1, k, k + 1, width, 5000, -3]  # clamped to [0, W]
     x = logits(gen, len(lens), width)
     lt = torch.tensor(lens, dtype=torch.int32)
-    got = [dsa_ops.topk_decode(_poison_tail(x, lens, v), lt, k, backend="triton", stable=stable,
+    got = [dsa_ops.topk_decode(poison_tail(x, lens, v), lt, k, backend="triton", stable=stable,
                                out=poisoned_out(len(lens), k)) for v in (float("nan"), float("inf"))]
     assert_decode_equivalent(got[0], x, lt, k, stable=stable)
     if stable:
@@ -698,7 +690,6 @@ def _rows(n: int, keep: int = 8) -> torch.Tensor:
 
 
 @pytest.mark.gpu
-@needs_gpu
 @pytest.mark.parametrize("rows, width", [(1, 133120), (16, 133120), (64, 133120), (8, 1048576), (64, 1048576)])
 @pytest.mark.parametrize("stable", [False, True])
 def test_gpu_real_shapes(rows, width, stable):
@@ -713,7 +704,6 @@ def test_gpu_real_shapes(rows, width, stable):
 
 
 @pytest.mark.gpu
-@needs_gpu
 @pytest.mark.parametrize("kind", ["ties", "equal", "specials"])
 def test_gpu_adversarial(kind):
     gen = torch.Generator().manual_seed(3)
@@ -725,7 +715,6 @@ def test_gpu_adversarial(kind):
 
 
 @pytest.mark.gpu
-@needs_gpu
 def test_gpu_workspace_memory_bounded_over_row_counts():
     """Issue #25 on the device: decode at every batch size 1..256 (W 163840) and prefill chunks
     of 1..1055 rows (W 131072, every 16th count) leave one workspace buffer of the largest slots
@@ -760,7 +749,6 @@ def test_gpu_workspace_memory_bounded_over_row_counts():
 
 
 @pytest.mark.gpu
-@needs_gpu
 def test_gpu_cuda_graph_replay_with_new_lengths():
     rows, width, k = 16, 133120, 2048
     x = torch.randn(rows, width, device="cuda")
@@ -787,7 +775,6 @@ def test_gpu_cuda_graph_replay_with_new_lengths():
 
 
 @pytest.mark.gpu
-@needs_gpu
 @pytest.mark.parametrize("stable", [False, True])
 def test_gpu_prefill_causal_chunk(stable):
     rows, chunk, k = 2048, 40000, 2048
@@ -800,7 +787,6 @@ def test_gpu_prefill_causal_chunk(stable):
 
 
 @pytest.mark.gpu
-@needs_gpu
 def test_gpu_prefill_wide_chunk_lane_steps():
     """A chunk wider than LANES_WIDE with more rows than row-mode programs: the rule's lane
     read of four blocks a step (checked against launch_plan), with window starts off the
@@ -825,7 +811,6 @@ def test_gpu_prefill_wide_chunk_lane_steps():
 
 
 @pytest.mark.gpu
-@needs_gpu
 @pytest.mark.parametrize("kind", ["randn", "ties", "specials"])
 def test_gpu_prefill_few_rows_split(kind):
     """A few long prefill windows (offset starts, one shorter than k, one empty): the radix
