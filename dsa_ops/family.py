@@ -37,6 +37,13 @@ class Family:
             decode lengths layout or None; raises :class:`~dsa_ops.validate.ArgumentError`.
         values: the ``check=True`` device-value checks: ``(logits, index, ints, layout)``;
             synchronise.
+        key: the eager route cache's key, ``(pol_id, logits, index, out, k, ints,
+            compress_ratio, stable, backend, long)`` -> a tuple of every host fact the route
+            depends on. The types of the int / bool arguments are part of it, so ``k=8.0`` or
+            ``stable=1`` (equal to ``8`` and ``True``) never reuse a good call's route. It
+            raises AttributeError / TypeError for a non-tensor or an unhashable argument (the
+            caller then runs the checks, which say what). Written out per family, flat: a
+            generic loop over the index tensors cost ~0.5 us a call more.
         guarded: the backend is picked by the host int ``max_seqlen_k`` against the
             policy's threshold (prefill).
     """
@@ -46,6 +53,7 @@ class Family:
     ints: tuple[tuple[str, int], ...]
     check: Callable[..., Optional[str]]
     values: Callable[[Tensor, tuple, tuple, Optional[str]], None]
+    key: Callable[..., tuple]
     guarded: bool = False
 
     @property
@@ -87,22 +95,6 @@ class Family:
             return args
         return args + tuple(kwargs[n] if n in kwargs else d for n, d in params[len(args):])
 
-    def key(self, pol_id: int, logits: Tensor, index: tuple, out: Optional[Tensor], k, ints: tuple,
-            compress_ratio, stable, backend, long: bool) -> tuple:
-        """The eager route cache's key: every host fact the route depends on. The types of the
-        int / bool arguments are part of it, so ``k=8.0`` or ``stable=1`` (equal to ``8`` and
-        ``True``) never reuse a good call's route. Raises AttributeError / TypeError for a
-        non-tensor or an unhashable argument (the caller then runs the checks, which say what)."""
-        key = (self.name, pol_id, backend, long, k, k.__class__, ints, compress_ratio, compress_ratio.__class__,
-               stable, stable.__class__, logits.dtype, logits.device, logits.shape, logits.stride())
-        for t in index:
-            key += (t.dtype, t.device, t.shape, t.stride())
-        for i in ints:
-            key += (i.__class__,)
-        if out is not None:
-            key += (out.dtype, out.device, out.shape, out.stride())
-        return key
-
 
 def _decode_values(logits: Tensor, index: tuple, ints: tuple, layout: Optional[str]) -> None:
     (lengths,), (next_n,) = index, ints
@@ -115,6 +107,25 @@ def _prefill_values(logits: Tensor, index: tuple, ints: tuple, layout: Optional[
     validate.check_prefill_values(logits, *index)
 
 
-DECODE = Family("decode", ("lengths",), (("next_n", 1),), validate.check_decode, _decode_values)
-PREFILL = Family("prefill", ("row_starts", "row_ends"), (), validate.check_prefill, _prefill_values, guarded=True)
+def _decode_key(pol_id: int, logits: Tensor, index: tuple, out: Optional[Tensor], k, ints: tuple, compress_ratio,
+                stable, backend, long: bool) -> tuple:
+    (lengths,), (next_n,) = index, ints
+    return ("decode", pol_id, backend, k, k.__class__, next_n, next_n.__class__, compress_ratio,
+            compress_ratio.__class__, stable, stable.__class__, logits.dtype, logits.device, logits.shape,
+            logits.stride(), lengths.dtype, lengths.device, lengths.shape, lengths.stride(),
+            None if out is None else (out.dtype, out.device, out.shape, out.stride()))
+
+
+def _prefill_key(pol_id: int, logits: Tensor, index: tuple, out: Optional[Tensor], k, ints: tuple, compress_ratio,
+                 stable, backend, long: bool) -> tuple:
+    starts, ends = index
+    return ("prefill", pol_id, backend, long, k, k.__class__, compress_ratio, compress_ratio.__class__, stable,
+            stable.__class__, logits.dtype, logits.device, logits.shape, logits.stride(), starts.dtype,
+            starts.device, starts.shape, starts.stride(), ends.dtype, ends.device, ends.shape, ends.stride(),
+            None if out is None else (out.dtype, out.device, out.shape, out.stride()))
+
+
+DECODE = Family("decode", ("lengths",), (("next_n", 1),), validate.check_decode, _decode_values, _decode_key)
+PREFILL = Family("prefill", ("row_starts", "row_ends"), (), validate.check_prefill, _prefill_values, _prefill_key,
+                 guarded=True)
 FAMILIES: dict[str, Family] = {f.name: f for f in (DECODE, PREFILL)}
