@@ -14,10 +14,11 @@ import torch
 from torch import Tensor
 
 from dsa_ops import policy as P
+from dsa_ops.benchmarking import time_graph
 from dsa_ops.indexer import DecodeStep, indexer_logits
+from dsa_ops.testing import POISON, assert_decode_equivalent
 
 GLM52_INDEXER_LAYERS = 21
-POISON = 0x7EADBEEF
 
 
 @dataclass
@@ -63,7 +64,7 @@ def random_lengths(batch: int, width: int, k: int, gen: torch.Generator) -> Tens
 def compiled(setup: Setup, policy: Optional[P.Policy], mode: Optional[str] = None,
              use_pass: bool = True) -> Iterator[tuple[Callable[[], Tensor], list]]:
     """Compile the step (inductor, fullgraph) with or without the pass; yields (call, rewrites)."""
-    import passes
+    import passes  # loads Inductor (about a second): only when a step is compiled
     from torch._inductor import config as inductor_config
 
     torch._dynamo.reset()
@@ -100,8 +101,6 @@ def replay_and_check(setup: Setup, graph: torch.cuda.CUDAGraph, out: Tensor, rep
     """Replay with fresh random lengths, poisoning the static output before each replay,
     and check every layer of every replay against the reference. Every ``refresh_every``
     replays the key cache gets new random data too."""
-    from dsa_ops.testing import assert_decode_equivalent
-
     gen = torch.Generator().manual_seed(seed)
     batch, width = setup.k_cache.shape[:2]
     logits = setup.layer_logits()
@@ -159,10 +158,8 @@ def bench_e2e(backends: list[str], contexts=E2E_CONTEXTS, batches=E2E_BATCHES, r
     flushed before each replay), the kernels one step launches, and the mismatch count of
     two checked replays with random lengths.
     """
-    import passes
+    import passes  # loads Inductor (about a second): only when a step is compiled
     from torch._inductor import config as inductor_config
-
-    from dsa_ops.benchmarking import time_graph
 
     rows, n, i = [], len(backends) * len(contexts) * len(batches), 0
     for name in backends:

@@ -14,7 +14,10 @@ import torch
 from torch import Tensor
 
 from dsa_ops.backends import reference
+from dsa_ops.backends.rows import row_lengths
 from dsa_ops.validate import decode_layout
+
+POISON = 0x7EAD_BEEF  # what a poisoned ``out`` slot starts as: neither a column nor -1, so an unwritten slot shows
 
 
 def _fail(msg: str, r: int, got: Tensor, want: Tensor) -> None:
@@ -82,7 +85,7 @@ def assert_decode_equivalent(
     """:func:`assert_window_equivalent` for a decode call (any lengths layout)."""
     rows, width = logits.shape
     layout = decode_layout(lengths, rows, next_n)
-    ends = reference.row_lengths(lengths.to(logits.device), rows, next_n, layout, clamp_to=width)
+    ends = row_lengths(lengths.to(logits.device), rows, next_n, layout, clamp_to=width)
     assert_window_equivalent(got, logits, torch.zeros_like(ends), ends, k, stable=stable)
 
 

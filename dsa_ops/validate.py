@@ -4,7 +4,8 @@ Every check reads host facts only (dtype, device, rank, sizes, strides), so it n
 synchronises and is safe under graph capture. Each failure is a ValueError that names the
 argument and what was expected. Checks on device values (lengths beyond the width, ends
 before starts) live in :func:`check_decode_values` / :func:`check_prefill_values`, which
-synchronise and run only when the caller asks for them (``check=True``).
+synchronise and run only when the caller asks for them (``check=True``; under torch.compile
+inside the ops :func:`dsa_ops.ops.check_decode_values` / :func:`~dsa_ops.ops.check_prefill_values`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import NoReturn
 
 import torch
 from torch import Tensor
+from torch._guards import TracingContext  # loaded by torch itself (dynamo is not)
 
 MAX_K = 4096
 
@@ -27,8 +29,6 @@ def _fail(msg: str) -> NoReturn:
     """Raise :class:`ArgumentError`. Dynamo calls this at trace time with the message as a
     constant (it is marked as having a constant result), so under ``torch.compile`` the error
     is raised as is, as a subclass that dynamo lets through (not its "Observed exception")."""
-    from torch._guards import TracingContext
-
     if TracingContext.try_get() is not None:
         raise _traced_error()(msg)
     raise ArgumentError(msg)
@@ -69,9 +69,38 @@ def _desc(t: Tensor) -> str:
     return f"{t.dtype}, shape {tuple(t.shape)}, stride {tuple(t.stride())}, device {t.device}"
 
 
+# What each int argument must be, for the messages of :func:`not_an_int`.
+_WANT_INT = {"k": f"an int in [1, {MAX_K}]", "next_n": "an int >= 1", "compress_ratio": "an int >= 1",
+             "max_seqlen_k": "a host int >= 0 or None"}
+
+
+def shown(x) -> str:
+    """A bad argument as messages show it: its repr, except a tensor or a numpy value (a
+    numpy int, say), shown by kind only. Under torch.compile dynamo traces both (a numpy
+    scalar becomes a 0-d array), so their values are unknown at trace time (``repr`` of
+    one is dynamo's 'Unsupported'), and eager and compiled calls must say the same."""
+    if isinstance(x, Tensor):
+        return "a tensor"
+    if type(x).__module__ == "numpy":
+        return "a numpy value"
+    return repr(x)
+
+
+def traced_value(x) -> bool:
+    """Whether dynamo would trace ``x`` rather than see a constant: a tensor or a numpy value."""
+    return isinstance(x, Tensor) or type(x).__module__ == "numpy"
+
+
+def not_an_int(name: str, x) -> NoReturn:
+    """Raise the ValueError for an int argument (k, next_n, compress_ratio, max_seqlen_k) that is
+    not an int; traceable by dynamo for a tensor or numpy ``x`` (see :func:`shown`)."""
+    hint = " (pass a Python int)" if traced_value(x) else ""
+    _fail(f"{name}: expected {_WANT_INT[name]}, got {shown(x)}{hint}")
+
+
 def check_k(k) -> None:
     if isinstance(k, bool) or not isinstance(k, int):
-        _fail(f"k: expected an int in [1, {MAX_K}], got {k!r}")
+        not_an_int("k", k)
     if not 1 <= k <= MAX_K:
         _fail(f"k: expected 1 <= k <= {MAX_K}, got {k}")
 
@@ -108,31 +137,32 @@ def _check_index_tensor(name: str, t, device: torch.device) -> None:
 
 def check_next_n(next_n) -> None:
     if isinstance(next_n, bool) or not isinstance(next_n, int) or next_n < 1:
-        _fail(f"next_n: expected an int >= 1, got {next_n!r}")
+        not_an_int("next_n", next_n)
 
 
 def check_stable(stable) -> None:
     if stable is not None and not isinstance(stable, bool):
-        _fail(f"stable: expected True, False or None (the policy's flag), got {stable!r}")
+        _fail(f"stable: expected True, False or None (the policy's flag), got {shown(stable)}")
 
 
 def check_max_seqlen_k(max_seqlen_k) -> None:
     if max_seqlen_k is None:
         return
     if isinstance(max_seqlen_k, bool) or not isinstance(max_seqlen_k, int):
-        _fail(f"max_seqlen_k: expected a host int >= 0 or None, got {max_seqlen_k!r}")
+        not_an_int("max_seqlen_k", max_seqlen_k)
     if max_seqlen_k < 0:
         if torch.compiler.is_compiling():  # a dynamic (symbolic) int cannot be formatted into the message
             _fail("max_seqlen_k: expected a host int >= 0 or None, got a negative int")
         _fail(f"max_seqlen_k: expected a host int >= 0 or None, got {max_seqlen_k!r}")
 
 
-def check_static(family: str, metas: tuple, k, next_n, compress_ratio, stable) -> None:
+def check_static(metas: tuple, k, ints: tuple, compress_ratio, stable) -> None:
     """The checks that need no shapes: each tensor argument's type, dtype, device and rank,
     and the int / bool arguments. ``metas``: (name, (dtype, device, dim) or a type name) per
-    tensor argument, logits first. Under ``torch.compile`` the public wrappers call this with
-    constants only (dynamo runs it at trace time, so a bad argument raises this ValueError,
-    not dynamo's "Observed exception"); shapes and strides are checked by the fake kernels."""
+    tensor argument, logits first; ``ints``: (name, value) per family int argument (decode's
+    next_n). Under ``torch.compile`` the public wrappers call this with constants only
+    (dynamo runs it at trace time, so a bad argument raises this ValueError, not dynamo's
+    "Observed exception"); shapes and strides are checked by the fake kernels."""
     device = metas[0][1][1] if isinstance(metas[0][1], tuple) else None
     for name, meta in metas:
         if not isinstance(meta, tuple):
@@ -147,15 +177,18 @@ def check_static(family: str, metas: tuple, k, next_n, compress_ratio, stable) -
         if dim not in dims:
             _fail(f"{name}: expected a {' or '.join(f'{d}-D' for d in dims)} tensor, got {dim}-D")
     check_k(k)
-    if family == "decode":
-        check_next_n(next_n)
+    for name, value in ints:
+        _INT_CHECKS[name](value)
     check_compress_ratio(compress_ratio)
     check_stable(stable)
 
 
 def check_compress_ratio(compress_ratio) -> None:
     if isinstance(compress_ratio, bool) or not isinstance(compress_ratio, int) or compress_ratio < 1:
-        _fail(f"compress_ratio: expected an int >= 1, got {compress_ratio!r}")
+        not_an_int("compress_ratio", compress_ratio)
+
+
+_INT_CHECKS = {"next_n": check_next_n}  # a family's int arguments (dsa_ops.family.Family.ints)
 
 
 def decode_layout(lengths: Tensor, rows, next_n: int) -> str:

@@ -63,6 +63,7 @@ def run_case(name: str) -> dict:
     lens = torch.tensor(lengths, dtype=torch.int32, device="cuda")
     out = torch.full((len(lengths), K), 0x7EADBEEF, dtype=torch.int32, device="cuda")
     if how.startswith("raw"):
+        assert dsa_ops.backends()["vllm_cooperative"].availability()  # loads vLLM's extension
         ws_bytes = (64 << 20) if how == "raw_ws64m" else (1 << 20)
         ws = torch.zeros(ws_bytes, dtype=torch.uint8, device="cuda")
         out.fill_(-1)

@@ -22,6 +22,8 @@ import sys
 
 import torch
 
+from dsa_ops.testing import POISON
+
 BACKENDS = ("vllm", "vllm_persistent", "vllm_cooperative")
 KINDS = ("equal", "few", "fp16", "randn", "specials")
 # fp32 bit patterns for "specials": NaN of both signs and two payloads, +-inf, +-0,
@@ -84,7 +86,7 @@ def eager_case(name: str, kind: str, rows: int, width: int, length: int, k: int 
     gen = torch.Generator(device="cuda").manual_seed(rows * 31 + length + width)
     x = make_logits(kind, rows, width, gen)
     lens = make_lengths(rows, width, length, torch.Generator().manual_seed(length))
-    out = torch.full((rows, k), 0x7EADBEEF, dtype=torch.int32, device="cuda")
+    out = torch.full((rows, k), POISON, dtype=torch.int32, device="cuda")
     dsa_ops.topk_decode(x, lens, k, backend=name, out=out)
     torch.cuda.synchronize()
     return verdict(out, x, lens, k)
@@ -103,7 +105,7 @@ def graph_case(name: str, kind: str, rows: int, width: int, k: int = 2048) -> di
     results = []
     for i, length in enumerate((3072, 131072, 0, 2049, 40_000, width)):
         lens.copy_(make_lengths(rows, width, length, torch.Generator().manual_seed(i)))
-        out.fill_(0x7EADBEEF)
+        out.fill_(POISON)
         graph.replay()
         torch.cuda.synchronize()
         results.append(verdict(out, x, lens, k))

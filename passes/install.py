@@ -7,8 +7,10 @@ import hashlib
 from typing import Any, Callable, Iterator, Optional, Sequence
 
 from torch import fx
+from torch._inductor import config
 from torch._inductor.custom_graph_pass import CustomGraphPass
 
+from dsa_ops import ops
 from dsa_ops import policy as policy_mod
 from passes.indexer_topk import IndexerTopKPass
 
@@ -61,8 +63,6 @@ def inductor_options(policy: policy_mod.PolicyArg = None, existing: Any = None,
     Example:
         >>> torch.compile(step, fullgraph=True, options=passes.inductor_options())  # doctest: +SKIP
     """
-    from torch._inductor import config
-
     pol = policy_mod.resolve(policy)
     if existing is None:
         existing = config.post_grad_custom_post_pass
@@ -82,10 +82,6 @@ def install(policy: policy_mod.PolicyArg = None) -> Iterator[IndexerTopKPass]:
     outlives the block, use ``torch.compile(fn, options=inductor_options())``, which keeps
     the pass on every recompile.
     """
-    from torch._inductor import config
-
-    from dsa_ops import ops
-
     ours = IndexerTopKPass(policy)  # checks the policy before anything is patched
     try:
         with config.patch(post_grad_custom_post_pass=compose(config.post_grad_custom_post_pass, ours)):

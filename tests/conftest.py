@@ -1,4 +1,5 @@
-"""Shared fixtures: a per-test seeded generator, dynamo reset, and the hypothesis profile."""
+"""Shared fixtures: a per-test seeded generator, dynamo reset, the hypothesis profile, and the
+GPU gate (``@pytest.mark.gpu``, see ``tests/gpu.py``)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import zlib
 import pytest
 import torch
 from hypothesis import HealthCheck, settings
+
+from tests import gpu
 
 # Bounded and deadline-free so CI stays fast and timing noise never fails a run; the
 # database stays on (it is gitignored) so a failing example is replayed first next time.
@@ -31,3 +34,13 @@ def fresh_dynamo():
     torch._dynamo.reset()
     yield
     torch._dynamo.reset()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Skip a ``gpu``-marked test, saying why, where no device (or one of its ``needs=``) is there."""
+    marks = list(item.iter_markers("gpu"))
+    if marks:
+        reason = gpu.skip_reason(m.kwargs["needs"] for m in marks if "needs" in m.kwargs)
+        if reason:
+            pytest.skip(reason)

@@ -1,5 +1,6 @@
 """Input builders shared by the test files: special fp32 bit patterns, tie-heavy rows,
-sliced (row pitch > W) views, poisoned buffers and registry-driven backend parameters."""
+sliced (row pitch > W) views, poisoned buffers and tails, decode / prefill inputs,
+registry-driven backend parameters and a graph's call targets."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from torch import Tensor
 
 import dsa_ops
 from dsa_ops.backends.base import Query
+from dsa_ops.testing import POISON  # what every poisoned `out` slot starts as (one definition)
 
 # fp32 bit patterns ranked by contract §1.1 (best first): a sign-clear NaN beats +inf,
 # -0.0 ranks below +0.0, a sign-set NaN loses to -inf. NaN payloads rank by their bits.
@@ -30,7 +32,6 @@ SPECIAL_BITS = {
     "-nan": 0xFFC0_0000,
     "-nan_max": 0xFFFF_FFFF,
 }
-POISON = 0x7EAD_BEEF  # what every poisoned `out` slot starts as
 
 
 def from_bits(bits) -> Tensor:
@@ -76,8 +77,39 @@ def sliced(x: Tensor, extra: int = 37, fill: float = float("nan")) -> Tensor:
     return view
 
 
-def poisoned_out(rows: int, k: int) -> Tensor:
-    return torch.full((rows, k), POISON, dtype=torch.int32)
+def poisoned_out(rows: int, k: int, device="cpu") -> Tensor:
+    return torch.full((rows, k), POISON, dtype=torch.int32, device=device)
+
+
+def poison_tail(x: Tensor, ends, value: float = float("nan")) -> Tensor:
+    """A copy of ``x`` whose columns at or past each row's end (a list or tensor; negative
+    ends poison the whole row) hold ``value``: +NaN, the best key, by default, so a kernel
+    that reads past a row's length picks it and shows."""
+    ends = torch.as_tensor(ends, device=x.device).long()
+    col = torch.arange(x.shape[1], device=x.device)
+    return torch.where(col[None, :] >= ends[:, None], torch.tensor(value, dtype=x.dtype, device=x.device), x)
+
+
+def decode_inputs(gen: torch.Generator, rows: int = 4, width: int = 300, kind: str = "randn",
+                  lengths=None) -> tuple[Tensor, Tensor]:
+    """(logits, int32 per-row lengths): random lengths in [0, W] unless given."""
+    x = logits(gen, rows, width, kind)
+    if lengths is None:
+        return x, torch.randint(0, width + 1, (rows,), generator=gen, dtype=torch.int32)
+    return x, i32(lengths)
+
+
+def prefill_inputs(gen: torch.Generator, rows: int = 6, width: int = 400) -> tuple[Tensor, Tensor, Tensor]:
+    """(logits, row_starts, row_ends): starts in [0, 100), windows of 0..299 columns."""
+    x = logits(gen, rows, width)
+    starts = torch.randint(0, 100, (rows,), generator=gen, dtype=torch.int32)
+    ends = (starts + torch.randint(0, 300, (rows,), generator=gen, dtype=torch.int32)).to(torch.int32)
+    return x, starts, ends
+
+
+def call_targets(graph: torch.fx.Graph) -> list:
+    """The targets of a graph's call_function nodes, in order."""
+    return [n.target for n in graph.nodes if n.op == "call_function"]
 
 
 def i32(values) -> Tensor:

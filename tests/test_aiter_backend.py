@@ -72,16 +72,10 @@ def _mixed_lengths(gen: torch.Generator, rows: int, width: int, k: int) -> torch
     return lengths.clamp(min=0).to(torch.int32)
 
 
-def _poison_tail(x: torch.Tensor, ends: torch.Tensor) -> torch.Tensor:
-    """Columns at or past each row's end become +NaN (the best key): reading them shows."""
-    col = torch.arange(x.shape[1])
-    return torch.where(col[None, :] >= ends[:, None], float("nan"), x)
-
-
 @pytest.mark.parametrize("rows, width, k, kind, _", DECODE_CASES)
 def test_aiter_adapter_with_double_decode_matches_reference(aiter_double, gen, rows, width, k, kind, _):
     lengths = _mixed_lengths(gen, rows, width, k)
-    x = _poison_tail(data.logits(gen, rows, width, kind), lengths.long())
+    x = data.poison_tail(data.logits(gen, rows, width, kind), lengths.long())
     out = data.poisoned_out(rows, k)
     got = dsa_ops.topk_decode(x, lengths, k, backend=NAME, out=out)
     assert got is out
@@ -217,7 +211,7 @@ def tiered_double(monkeypatch) -> AiterDouble:
 @pytest.mark.parametrize("rows, width, k, kind, _", DECODE_CASES)
 def test_aiter_adapter_with_tiered_double_decode_matches_reference(tiered_double, gen, rows, width, k, kind, _):
     lengths = _mixed_lengths(gen, rows, width, k)
-    x = _poison_tail(data.logits(gen, rows, width, kind), lengths.long())
+    x = data.poison_tail(data.logits(gen, rows, width, kind), lengths.long())
     got = dsa_ops.topk_decode(x, lengths, k, backend=NAME, out=data.poisoned_out(rows, k))
     assert_decode_equivalent(got, x, lengths, k)
     (call,) = tiered_double.log.calls
@@ -399,7 +393,7 @@ def test_real_aiter_backend_matches_reference(gen):
     dev = "cuda"
     rows, width, k = 16, 40_000, 2048
     lengths = _mixed_lengths(gen, rows, width, k)
-    x = _poison_tail(data.logits(gen, rows, width, "ties"), lengths.long()).to(dev)
+    x = data.poison_tail(data.logits(gen, rows, width, "ties"), lengths.long()).to(dev)
     got = dsa_ops.topk_decode(x, lengths.to(dev), k, backend="aiter", out=data.poisoned_out(rows, k).to(dev))
     assert_decode_equivalent(got, x, lengths, k)
     s = torch.randint(0, width // 2, (rows,), generator=gen, dtype=torch.int32)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import torch
 from torch._inductor import config as inductor_config
@@ -29,7 +30,7 @@ def test_marked_constant_matches_torch():
     marked = torch.compiler.assume_constant_result(probe)
     attrs = {a for a in vars(marked)}
     assert attrs == {"_dynamo_marked_constant"}
-    for fn in (api._policy_backend, api._static_checks, api._policy_scalars, validate._fail):
+    for fn in (api._policy_backend, api._static_checks, api._policy_scalars, api._check_backend, validate._fail):
         assert getattr(fn, "_dynamo_marked_constant") is True
 
 
@@ -223,3 +224,52 @@ def test_compiled_bad_values_that_dynamo_traces_symbolically(fresh_dynamo):
         assert_prefill_equivalent(g(x, s, e, 64), x, s, e, 8)
         with pytest.raises(ValueError, match="^max_seqlen_k: expected a host int >= 0 or None"):
             g(x, s, e, -3)
+
+
+def _host_arg_call(family: str, arg: str, bad, inside: bool):
+    """A call of ``family`` with ``arg`` bad, as (fn, args): the bad value a closure constant
+    (``inside``: computed in the function, e.g. ``row_ends.max()``) or a function argument."""
+    x, lt = torch.randn(4, 64), data.i32([5, 50, 64, 0])
+    s = data.i32([0, 0, 3, 9])
+    kw = {"k": 8}
+
+    def call(x, lt, v):
+        if arg == "max_seqlen_k" and isinstance(v, str):  # "max": the likely mistake, lengths.max()
+            v = lt.max()
+        if family == "decode":
+            return dsa_ops.topk_decode(x, lt, **{**kw, arg: v})
+        return dsa_ops.topk_prefill(x, s, lt, **{**kw, arg: v})
+
+    if inside:
+        return (lambda x, lt: call(x, lt, bad)), (x, lt)
+    return call, (x, lt, bad)
+
+
+def _message(fn, args) -> str:
+    with pytest.raises(ValueError) as info:
+        fn(*args)
+    return str(info.value)
+
+
+HOST_ARGS = [("prefill", "max_seqlen_k", "max"), ("prefill", "max_seqlen_k", torch.tensor(64)),
+             ("prefill", "max_seqlen_k", np.int64(64)), ("prefill", "max_seqlen_k", np.int32(0)),
+             ("decode", "backend", "nosuch"), ("decode", "backend", 123), ("prefill", "backend", "nosuch"),
+             ("prefill", "backend", 123), ("decode", "k", np.int64(8)), ("prefill", "k", np.int64(8)),
+             ("decode", "k", torch.tensor(8)), ("decode", "next_n", np.int64(1)),
+             ("decode", "compress_ratio", np.int64(1)), ("prefill", "compress_ratio", np.int32(1))]
+
+
+@pytest.mark.parametrize("inside", [True, False], ids=["constant", "argument"])
+@pytest.mark.parametrize("family, arg, bad", HOST_ARGS, ids=lambda v: repr(v) if not isinstance(v, str) else v)
+def test_compiled_host_argument_errors_match_eager(fresh_dynamo, family, arg, bad, inside):
+    """Issue #44 items 3, 4, 6: a tensor or numpy max_seqlen_k (``lengths.max()`` without
+    int()), an unknown backend name and a numpy k / next_n / compress_ratio raise, under
+    torch.compile(fullgraph=True), the ValueError that eager raises, with the same message
+    (not dynamo's 'repr() on tensor' / 'Observed exception', nor 'got tensor(64)')."""
+    if not inside and arg == "max_seqlen_k" and isinstance(bad, str):
+        pytest.skip("lengths.max() is computed inside the function")
+    fn, args = _host_arg_call(family, arg, bad, inside)
+    want = _message(fn, args)
+    assert want.startswith(f"{arg}:"), want
+    got = _message(torch.compile(fn, fullgraph=True, backend="eager"), args)
+    assert got.split("\n\nfrom user code:")[0] == want  # dynamo appends where in the user's code

@@ -23,7 +23,7 @@ from dsa_ops.backends.cuda import topk
 from dsa_ops.backends.cuda.topk import Plan, SoloPlan, SplitPlan, make_plan, solo_plan, split_plan
 from dsa_ops.testing import assert_decode_equivalent, assert_prefill_equivalent
 from tests import oracle
-from tests.data import from_bits, logits as make_logits, sliced
+from tests.data import from_bits, logits as make_logits, poisoned_out, sliced
 
 H200 = dict(sms=132, smem_max=232448)
 H200_SM = 233472  # shared memory a multiprocessor
@@ -252,20 +252,13 @@ def test_kernel_source_ships_with_the_package():
 # ---------------------------------------------------------------- GPU
 
 def _ready() -> str:
-    if not torch.cuda.is_available() or torch.version.cuda is None:
+    """The cuda backend's requirements beyond a device (the gpu mark's ``needs``)."""
+    if torch.version.cuda is None:
         return "needs an NVIDIA GPU"
     if torch.cuda.get_device_capability() < (9, 0):
         return "needs sm_90+ (thread-block clusters)"
     sup = dsa_ops.backends()["cuda"].availability()
     return "" if sup else sup.reason
-
-
-needs_cuda = pytest.mark.skipif(bool(_ready()), reason=_ready() or "ready")
-
-
-@pytest.fixture
-def gen():
-    return torch.Generator().manual_seed(1234)
 
 
 def _ref_decode(x, lens, k, next_n=1):
@@ -275,7 +268,7 @@ def _ref_decode(x, lens, k, next_n=1):
 def _run_decode(x, lens, k, next_n=1, plan=None, out=None, stable=True):
     """stable=False runs a solo / split plan with the unordered plans' layout (no bitmaps),
     as the default plans of stable=False do."""
-    out = torch.full((x.shape[0], k), 0x7EADBEEF, dtype=torch.int32, device=x.device) if out is None else out
+    out = poisoned_out(x.shape[0], k, x.device) if out is None else out
     if not stable and isinstance(plan, (SoloPlan, SplitPlan)):
         plan = dataclasses.replace(plan, words=0)
     if plan is None:
@@ -319,8 +312,7 @@ def _lengths_for(width, k, rows, gen):
 @pytest.mark.parametrize("width, k", [(100, 16), (5000, 2048), (40000, 2048), (133120, 2048), (70000, 512)])
 @pytest.mark.parametrize("cluster", [1, 2, 4, 8, 16])
 @pytest.mark.parametrize("path", ["leader", "runs", "stage", "collect", "reread", "short"])
-@pytest.mark.gpu
-@needs_cuda
+@pytest.mark.gpu(needs=_ready)
 def test_every_path_equals_the_stable_reference(gen, kind, width, k, cluster, path):
     rows = 12
     x = make_logits(gen, rows, width, kind).cuda()
@@ -351,8 +343,7 @@ def _solo(width, buf=None):
 @pytest.mark.parametrize("width, k", [(100, 16), (5000, 2048), (40000, 2048), (133120, 2048), (70000, 512)])
 @pytest.mark.parametrize("buf", ["auto", "small", "tiny"])
 @pytest.mark.parametrize("stable", [True, False])
-@pytest.mark.gpu
-@needs_cuda
+@pytest.mark.gpu(needs=_ready)
 def test_solo_equals_the_stable_reference(gen, kind, width, k, buf, stable):
     """topk_solo, one CTA a row: rows kept whole (direct), rows kept under the sampled bound
     (the buffer holds half as many keys with their columns), and the digit passes over the
@@ -374,8 +365,7 @@ def test_solo_equals_the_stable_reference(gen, kind, width, k, buf, stable):
 @pytest.mark.parametrize("cluster", [2, 4, 16])
 @pytest.mark.parametrize("buf", ["auto", "small", "tiny", "short"])
 @pytest.mark.parametrize("stable", [True, False])
-@pytest.mark.gpu
-@needs_cuda
+@pytest.mark.gpu(needs=_ready)
 def test_split_equals_the_stable_reference(gen, kind, width, k, cluster, buf, stable):
     """topk_split: every long row over a cluster under the sampled bound (solo_max 0), the
     leader's buffer just big enough (`small`) or too small for any row (`tiny`: every long row
@@ -397,8 +387,7 @@ def test_split_equals_the_stable_reference(gen, kind, width, k, cluster, buf, st
     _check_decode(got, x, lens, k, stable, f"{kind} W={width} k={k} {plan}")
 
 
-@pytest.mark.gpu
-@needs_cuda
+@pytest.mark.gpu(needs=_ready)
 @pytest.mark.parametrize("cluster", [2, 16])
 def test_split_sample_that_misses_falls_back(cluster):
     """As for topk_solo: the sampled columns hold the best or the worst keys of the row."""
@@ -414,8 +403,7 @@ def test_split_sample_that_misses_falls_back(cluster):
         _check_decode(_run_decode(x, lens, k, plan=plan, stable=stable), x, lens, k, stable, f"sample misses {plan}")
 
 
-@pytest.mark.gpu
-@needs_cuda
+@pytest.mark.gpu(needs=_ready)
 def test_solo_sample_that_misses_falls_back():
     """Rows whose sampled columns hold the best keys (the bound is too tight: fewer than k
     kept) or the worst (too loose: the buffer overflows) still give the reference's bytes."""
@@ -430,8 +418,7 @@ def test_solo_sample_that_misses_falls_back():
         _check_decode(_run_decode(x, lens, k, plan=_solo(width), stable=stable), x, lens, k, stable, "sample misses")
 
 
-@pytest.mark.gpu
-@needs_cuda
+@pytest.mark.gpu(needs=_ready)
 def test_solo_prefill_is_the_default_for_chunks_and_replays(gen):
     rows, width = 400, 60000
     assert isinstance(cuda_api.plan(rows, width).shape, SoloPlan)
@@ -455,8 +442,7 @@ def test_solo_prefill_is_the_default_for_chunks_and_replays(gen):
 @pytest.mark.parametrize("rows", [1, 8, 12, 16, 64, 80, 200])
 @pytest.mark.parametrize("width", [133120, 1048576])
 @pytest.mark.parametrize("stable", [False, True])
-@pytest.mark.gpu
-@needs_cuda
+@pytest.mark.gpu(needs=_ready)
 def test_default_plans_at_serving_shapes(gen, rows, width, stable):
     if width > 200000 and rows > 16 and stable:  # stable: the cluster plan (W 1M is one fixed shape)
         rows = 16
@@ -470,8 +456,7 @@ def test_default_plans_at_serving_shapes(gen, rows, width, stable):
     _check_decode(out, x, lens, 2048, stable, f"rows={rows} W={width}")
 
 
-@pytest.mark.gpu
-@needs_cuda
+@pytest.mark.gpu(needs=_ready)
 @pytest.mark.parametrize("rows", [4, 12, 80])
 def test_unordered_plans_take_a_million_columns(rows):
     """stable=False plans have no column bitmaps, so W = 1M takes topk_split (up to 64 rows;
@@ -491,13 +476,12 @@ def test_unordered_plans_take_a_million_columns(rows):
         n, keys = int(lens[r]), topk.sample_keys(int(lens[r]))
         assert keys > 1024
         x[r, (2 * torch.arange(keys, device="cuda") + 1) * n // (2 * keys)] = big
-    out = torch.full((rows, k), 0x7EADBEEF, dtype=torch.int32, device="cuda")
+    out = poisoned_out(rows, k, "cuda")
     dsa_ops.topk_decode(x, lens, k, backend="cuda", stable=False, out=out)
     _check_decode(out, x, lens, k, False, f"W 1M rows={rows} {plan}")
 
 
-@pytest.mark.gpu
-@needs_cuda
+@pytest.mark.gpu(needs=_ready)
 @pytest.mark.parametrize("kind", ["randn", "ties", "specials"])
 @pytest.mark.parametrize("stable", [True, False])
 def test_batched_keep_on_both_sides_of_its_threshold(gen, kind, stable):
@@ -518,8 +502,7 @@ def test_batched_keep_on_both_sides_of_its_threshold(gen, kind, stable):
         _check_decode(got, x, lens, k, stable, f"{kind} around KEEPB_MIN={t} {plan}")
 
 
-@pytest.mark.gpu
-@needs_cuda
+@pytest.mark.gpu(needs=_ready)
 @pytest.mark.parametrize("kind", ["randn", "ties", "specials"])
 @pytest.mark.parametrize("stable", [True, False])
 def test_slices_staged_by_the_bulk_copy(gen, kind, stable):
@@ -542,8 +525,7 @@ def test_slices_staged_by_the_bulk_copy(gen, kind, stable):
             _check_decode(got, data, lens, k, stable, f"{kind} staged {plan} pitch {data.stride(0)}")
 
 
-@pytest.mark.gpu
-@needs_cuda
+@pytest.mark.gpu(needs=_ready)
 @pytest.mark.parametrize("kind", ["randn", "ties", "specials"])
 @pytest.mark.parametrize("stable", [True, False])
 def test_long_slices_stream_through_the_ring(gen, kind, stable):
@@ -567,8 +549,7 @@ def test_long_slices_stream_through_the_ring(gen, kind, stable):
             _check_decode(got, data, lens, k, stable, f"{kind} ring {plan} pitch {data.stride(0)}")
 
 
-@pytest.mark.gpu
-@needs_cuda
+@pytest.mark.gpu(needs=_ready)
 @pytest.mark.parametrize("next_n", [2, 4])
 def test_per_request_lengths_and_int_min(gen, next_n):
     rows = 8 * next_n
@@ -580,8 +561,7 @@ def test_per_request_lengths_and_int_min(gen, next_n):
     _assert_same(got.cpu(), want, "per request vs oracle")
 
 
-@pytest.mark.gpu
-@needs_cuda
+@pytest.mark.gpu(needs=_ready)
 @pytest.mark.parametrize("extra", [3, 4, 37])
 def test_row_pitch_and_unaligned_rows(gen, extra):
     x = sliced(make_logits(gen, 16, 20000, "specials").cuda(), extra=extra, fill=float("nan"))
@@ -594,8 +574,7 @@ def test_row_pitch_and_unaligned_rows(gen, extra):
             _check_decode(got, x, lens, 2048, stable, f"pitch {x.stride(0)} {plan}")
 
 
-@pytest.mark.gpu
-@needs_cuda
+@pytest.mark.gpu(needs=_ready)
 def test_never_reads_past_the_length(gen):
     """The columns past L hold the best key there is (+NaN 0x7FFFFFFF): a kernel that read
     them and let them in would not equal the reference; and a row placed at the very end
@@ -612,8 +591,7 @@ def test_never_reads_past_the_length(gen):
             _check_decode(_run_decode(x, lens, 2048, plan=plan, stable=stable), x, lens, 2048, stable, f"{plan}")
 
 
-@pytest.mark.gpu
-@needs_cuda
+@pytest.mark.gpu(needs=_ready)
 @pytest.mark.parametrize("kind", ["randn", "ties", "specials"])
 def test_prefill_windows(gen, kind):
     rows, width = 300, 30000
@@ -634,8 +612,7 @@ def test_prefill_windows(gen, kind):
     _assert_same(got[sub].cpu(), oracle.topk_prefill(x[sub].cpu(), s[sub].cpu(), e[sub].cpu(), 2048), "oracle")
 
 
-@pytest.mark.gpu
-@needs_cuda
+@pytest.mark.gpu(needs=_ready)
 def test_graph_replay_with_new_lengths():
     g = torch.Generator(device="cuda").manual_seed(7)
     x = torch.randn(8, 133120, device="cuda", generator=g)
@@ -652,8 +629,7 @@ def test_graph_replay_with_new_lengths():
         _check_decode(out, x, lens, 2048, False, f"replay {new}")  # the policy's stable=False
 
 
-@pytest.mark.gpu
-@needs_cuda
+@pytest.mark.gpu(needs=_ready)
 def test_million_columns_collect_and_reread():
     g = torch.Generator(device="cuda").manual_seed(9)
     x = torch.randn(3, 1 << 20, device="cuda", generator=g)
@@ -665,8 +641,7 @@ def test_million_columns_collect_and_reread():
         _assert_same(_run_decode(x, lens, 2048, plan=plan), _ref_decode(x, lens, 2048), f"1M {plan}")
 
 
-@pytest.mark.gpu
-@needs_cuda
+@pytest.mark.gpu(needs=_ready)
 @pytest.mark.parametrize("stable", [True, False], ids=["stable", "any"])
 @pytest.mark.parametrize("family", ["decode", "prefill"])
 def test_opcheck_on_the_gpu(gen, family, stable):

@@ -21,11 +21,13 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests import gpu
+
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 MARK = re.compile(r"^<!--\s*snippet:\s*(continues|needs\s+(\w+)|skip\s+(.+?))\s*-->$")
 NEEDS = {
-    "cuda": (lambda: torch.cuda.is_available(), "needs a CUDA device"),
+    "cuda": (lambda: not gpu.device_reason(), "needs a CUDA device (tests/gpu.py)"),
     "vllm": (lambda: importlib.util.find_spec("vllm") is not None, "needs vLLM"),
     "aiter": (lambda: importlib.util.find_spec("aiter") is not None, "needs AITER"),
 }

@@ -36,7 +36,7 @@ LAYOUTS = {
 }
 
 
-def _targets() -> list:
+def _opcheck_params() -> list:
     """(backend name or None, family, layout), from the registry so new backends are covered."""
     params = []
     for fam in ops.FAMILIES:
@@ -49,7 +49,7 @@ def _targets() -> list:
 
 
 @pytest.mark.parametrize("out", [False, True], ids=["functional", "out"])
-@pytest.mark.parametrize("backend, family, layout", _targets())
+@pytest.mark.parametrize("backend, family, layout", _opcheck_params())
 def test_opcheck(backend, family, layout, out, gen):
     args = _decode_args(layout, gen) if family == "decode" else _prefill_args(layout, gen)
     args = (*args, 1, False)  # compress_ratio, stable
@@ -60,3 +60,15 @@ def test_opcheck(backend, family, layout, out, gen):
     if out:  # opcheck runs on clones; run once more to see that the buffer really is written
         op(*args)
         assert not (args[-1] == data.POISON).any()
+
+
+@pytest.mark.parametrize("family", ops.FAMILIES)
+def test_opcheck_value_checks(family, gen):
+    """The ops that run check=True's device-value checks under torch.compile (on values that
+    pass them: the layouts above hold lengths past W and inverted windows on purpose)."""
+    x = torch.randn(6, WIDTH, generator=gen)
+    if family == "decode":
+        torch.library.opcheck(ops.check_op("decode"), (x, data.i32([1, 64, WIDTH]), 2), test_utils=UTILS)
+    else:
+        starts, ends = data.i32([0, 3, 10, 250, 90, 0]), data.i32([0, 70, 200, WIDTH, 100, 5])
+        torch.library.opcheck(ops.check_op("prefill"), (x, starts, ends), test_utils=UTILS)

@@ -12,25 +12,15 @@ from dsa_ops import ops
 from dsa_ops import policy as P
 from dsa_ops.testing import assert_decode_equivalent
 from dsa_ops.validate import ArgumentError
+from tests import data
 from tests.standins import standin_backend
 
 GENERIC = ops.generic_op("decode")
 GENERIC_OUT = ops.generic_op("decode", out=True)
 
 
-def _inputs(rows=4, width=300, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randn(rows, width, generator=g)
-    lengths = torch.randint(0, width + 1, (rows,), generator=g, dtype=torch.int32)
-    return x, lengths
-
-
 def _policy_to(name: str) -> P.Policy:
     return P.Policy(decode=(P.Rule(name, f"route to {name}"),), prefill=(P.Rule("reference"),))
-
-
-def _targets(graph: torch.fx.Graph) -> list:
-    return [n.target for n in graph.nodes if n.op == "call_function"]
 
 
 class Snapshot(torch._inductor.custom_graph_pass.CustomGraphPass):
@@ -60,9 +50,9 @@ def _compile_with(fn, pol, *args, before: Snapshot | None = None, after: Snapsho
 
 
 @pytest.mark.parametrize("layers", [1, 3])
-def test_inductor_snapshot_functional(layers):
+def test_inductor_snapshot_functional(layers, gen):
     backend = "torch_topk"
-    x, lengths = _inputs()
+    x, lengths = data.decode_inputs(gen)
 
     def step(x, lengths):
         return torch.stack([dsa_ops.topk_decode(x * (i + 1), lengths, k=64) for i in range(layers)])
@@ -77,8 +67,8 @@ def test_inductor_snapshot_functional(layers):
         assert_decode_equivalent(out[i], x * (i + 1), lengths, 64)
 
 
-def test_inductor_snapshot_out_form_auto_functionalized():
-    x, lengths = _inputs()
+def test_inductor_snapshot_out_form_auto_functionalized(gen):
+    x, lengths = data.decode_inputs(gen)
 
     def step(x, lengths, buf):
         dsa_ops.topk_decode(x, lengths, k=64, out=buf)
@@ -95,16 +85,16 @@ def test_inductor_snapshot_out_form_auto_functionalized():
     assert_decode_equivalent(buf, x, lengths, 64)  # the caller's buffer was written
 
 
-def test_rewrite_topk_fx_entry_point():
-    x, lengths = _inputs()
+def test_rewrite_topk_fx_entry_point(gen):
+    x, lengths = data.decode_inputs(gen)
     gm = torch.fx.symbolic_trace(lambda x, l: GENERIC(x, l, 32))
-    assert _targets(gm.graph).count(GENERIC) == 1
+    assert data.call_targets(gm.graph).count(GENERIC) == 1
     assert passes.rewrite_topk(gm, _policy_to("torch_topk")) == 1
-    assert _targets(gm.graph) == [ops.backend_op("torch_topk", "decode")]
+    assert data.call_targets(gm.graph) == [ops.backend_op("torch_topk", "decode")]
     assert_decode_equivalent(gm(x, lengths), x, lengths, 32)
 
 
-def test_aot_eager_backend_with_rewrite():
+def test_aot_eager_backend_with_rewrite(gen):
     """A custom backend (not Inductor) can call the FX entry point itself."""
     from torch._dynamo.backends.common import aot_autograd
 
@@ -114,19 +104,19 @@ def test_aot_eager_backend_with_rewrite():
         seen.append(passes.rewrite_topk(gm, _policy_to("torch_topk")))
         return gm
 
-    x, lengths = _inputs()
+    x, lengths = data.decode_inputs(gen)
     out = torch.compile(lambda x, l: dsa_ops.topk_decode(x, l, k=32), backend=aot_autograd(fw_compiler=fw),
                         fullgraph=True)(x, lengths)
     assert seen == [1]
     assert_decode_equivalent(out, x, lengths, 32)
 
 
-def test_standin_aiter_routing_under_rocm_like_policy():
+def test_standin_aiter_routing_under_rocm_like_policy(gen):
     """Test-only stand-in for AITER (aiter cannot run here): the first rule names it."""
     with standin_backend("standin_aiter") as name:
         pol = P.Policy(decode=(P.Rule(name, "gfx950 gate stand-in", k=64, compress_ratio=1),
                                P.Rule("reference", "other k")), prefill=(P.Rule("reference"),))
-        x, lengths = _inputs()
+        x, lengths = data.decode_inputs(gen)
         gm = torch.fx.symbolic_trace(lambda x, l: (GENERIC(x, l, 64), GENERIC(x, l, 32)))
         pass_ = passes.IndexerTopKPass(pol)
         pass_(gm.graph)
@@ -156,7 +146,7 @@ def test_uuid_tracks_policy():
     assert e.uuid() == a.uuid()
 
 
-def test_existing_post_grad_pass_still_runs():
+def test_existing_post_grad_pass_still_runs(gen):
     ran = []
 
     class Theirs(torch._inductor.custom_graph_pass.CustomGraphPass):
@@ -166,7 +156,7 @@ def test_existing_post_grad_pass_still_runs():
         def uuid(self):
             return "theirs"
 
-    x, lengths = _inputs()
+    x, lengths = data.decode_inputs(gen)
     with inductor_config.patch(post_grad_custom_post_pass=Theirs(), fx_graph_cache=False):
         with passes.install(_policy_to("torch_topk")) as ours:
             torch._dynamo.reset()
@@ -198,7 +188,7 @@ def test_no_global_write_at_import():
     assert inductor_config.post_grad_custom_post_pass is before
 
 
-def test_recompile_after_scoped_install_warns():
+def test_recompile_after_scoped_install_warns(gen):
     """Item 3 of issue #24: a graph compiled inside ``with passes.install():`` keeps its
     rewrite, but a recompile after the block (a new shape) compiles without the pass. That
     graph still computes the right answer (the generic op's kernel is the reference), and
@@ -208,21 +198,21 @@ def test_recompile_after_scoped_install_warns():
     def step(x, l):
         return dsa_ops.topk_decode(x, l, k=32)
 
-    x, lengths = _inputs()
+    x, lengths = data.decode_inputs(gen)
     with inductor_config.patch(fx_graph_cache=False):
         torch._dynamo.reset()
         with passes.install(_policy_to("torch_topk")) as ours:
             compiled = torch.compile(step, fullgraph=True)
             assert_decode_equivalent(compiled(x, lengths), x, lengths, 32)
         assert ours.count == 1
-        x2, lengths2 = _inputs(rows=7, width=500, seed=1)
+        x2, lengths2 = data.decode_inputs(gen, rows=7, width=500)
         with pytest.warns(UserWarning, match=r"passes\.install\(\).*inductor_options"):
             out = compiled(x2, lengths2)  # recompiled outside the block
     assert ours.count == 1  # the pass did not see the recompile
     assert_decode_equivalent(out, x2, lengths2, 32)
 
 
-def test_persistent_form_survives_recompiles():
+def test_persistent_form_survives_recompiles(gen):
     """``options=passes.inductor_options(...)`` travels with the compiled function: a
     recompile on a new shape runs the pass again and nothing warns."""
     import warnings
@@ -237,7 +227,7 @@ def test_persistent_form_survives_recompiles():
         torch._dynamo.reset()
         compiled = torch.compile(step, fullgraph=True, options=passes.inductor_options(pass_=pass_))
         for rows, width in ((4, 300), (7, 500)):
-            x, lengths = _inputs(rows, width)
+            x, lengths = data.decode_inputs(gen, rows, width)
             with warnings.catch_warnings():
                 warnings.simplefilter("error", UserWarning)
                 assert_decode_equivalent(compiled(x, lengths), x, lengths, 32)

@@ -10,17 +10,10 @@ import dsa_ops
 from dsa_ops import api, ops
 from dsa_ops import policy as P
 from dsa_ops.testing import assert_decode_equivalent, assert_prefill_equivalent
+from tests import data
 from tests.standins import standin_backend
 
 THRESHOLD = 1000
-
-
-def _inputs(rows=6, width=400, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randn(rows, width, generator=g)
-    starts = torch.randint(0, 100, (rows,), generator=g, dtype=torch.int32)
-    ends = (starts + torch.randint(0, 300, (rows,), generator=g, dtype=torch.int32)).to(torch.int32)
-    return x, starts, ends
 
 
 @pytest.fixture
@@ -50,8 +43,8 @@ def _expected(name: str):
     return ops.backend_op(name, "prefill")
 
 
-def test_eager_host_branch(routed, monkeypatch):
-    x, s, e = _inputs()
+def test_eager_host_branch(routed, monkeypatch, gen):
+    x, s, e = data.prefill_inputs(gen)
     calls = []
     real = ops.backend_op
     monkeypatch.setattr(ops, "backend_op", lambda name, fam, out=False: calls.append(name) or real(name, fam, out))
@@ -73,8 +66,8 @@ def test_eager_host_branch(routed, monkeypatch):
 
 
 @pytest.mark.parametrize("how", ["dynamic_sources", "dynamic=True"])
-def test_compiled_two_specializations(routed, how):
-    x, s, e = _inputs()
+def test_compiled_two_specializations(routed, how, gen):
+    x, s, e = data.prefill_inputs(gen)
     rec = OpRecorder()
     cnt = CompileCounterWithBackend(rec)
 
@@ -97,13 +90,13 @@ def test_compiled_two_specializations(routed, how):
         assert_prefill_equivalent(out, x, s, e, 64)
 
 
-def test_max_seqlen_k_must_be_host_int():
-    x, s, e = _inputs()
+def test_max_seqlen_k_must_be_host_int(gen):
+    x, s, e = data.prefill_inputs(gen)
     with pytest.raises(ValueError, match="max_seqlen_k"):
         dsa_ops.topk_prefill(x, s, e, k=64, max_seqlen_k=torch.tensor(5))
 
 
-def test_compiled_prefill_width_changes_do_not_recompile(routed):
+def test_compiled_prefill_width_changes_do_not_recompile(routed, gen):
     """The chunk width N changes every prefill step: still one graph per side."""
     cnt = CompileCounterWithBackend("eager")
 
@@ -113,13 +106,13 @@ def test_compiled_prefill_width_changes_do_not_recompile(routed):
     torch._dynamo.reset()
     fn = torch.compile(prefill, fullgraph=True, backend=cnt, dynamic=True)
     for i, width in enumerate((400, 523, 777, 1200, 401, 950)):
-        x, s, e = _inputs(width=width, seed=i)
+        x, s, e = data.prefill_inputs(gen, width=width)
         m = (THRESHOLD - 1, THRESHOLD + 5)[i % 2]
         assert_prefill_equivalent(fn(x, s, e, m), x, s, e, 64)
     assert cnt.frame_count == 2
 
 
-def test_policy_file_from_the_env_var_compiles_with_fullgraph(tmp_path, monkeypatch):
+def test_policy_file_from_the_env_var_compiles_with_fullgraph(tmp_path, monkeypatch, gen):
     """$DSA_OPS_POLICY names a file whose mtime policy.current() reads (os.stat, which dynamo
     cannot trace): the compiled paths read the policy outside the trace, so fullgraph
     compiles of both entry points work with it set, and the file's threshold is the guard."""
@@ -130,7 +123,7 @@ def test_policy_file_from_the_env_var_compiles_with_fullgraph(tmp_path, monkeypa
         path = tmp_path / "policy.json"
         P.save(pol, path)
         monkeypatch.setenv(P.ENV_VAR, str(path))
-        x, s, e = _inputs()
+        x, s, e = data.prefill_inputs(gen)
         rec = OpRecorder()
         cnt = CompileCounterWithBackend(rec)
         torch._dynamo.reset()

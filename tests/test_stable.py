@@ -10,8 +10,8 @@ import dsa_ops
 from dsa_ops.backends.base import Query
 
 
-def _devices() -> list[str]:
-    return ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+def _devices() -> list:
+    return ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
 
 
 def _stable_backends(device: str, family: str, k: int, width: int) -> list[str]:

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 import dsa_ops
 from dsa_ops.testing import assert_decode_equivalent, assert_prefill_equivalent
 from tests import oracle
-from tests.data import POISON, from_bits, logits, poisoned_out, sliced
+from tests.data import POISON, from_bits, logits, poison_tail, poisoned_out, sliced
 from tests.test_properties import assert_topk_properties, decode_case, prefill_case
 
 INTERP = os.environ.get("TRITON_INTERPRET") == "1"
@@ -32,7 +32,6 @@ except Exception:  # pragma: no cover - CI installs triton
     HAS_TRITON = False
 
 interp = pytest.mark.skipif(not INTERP, reason="runs in the TRITON_INTERPRET=1 child of test_interpreter_suite")
-needs_gpu = pytest.mark.skipif(INTERP or not torch.cuda.is_available(), reason="needs a CUDA device")
 
 
 def test_interpreter_suite():
@@ -52,13 +51,6 @@ def test_interpreter_suite():
 # --- interpreter cases (CPU) ------------------------------------------------------------
 
 
-def _poison_tail(x: torch.Tensor, ends: list[int], value: float) -> torch.Tensor:
-    y = x.clone()
-    for r, e in enumerate(ends):
-        y[r, max(e, 0):] = value
-    return y
-
-
 @interp
 @pytest.mark.parametrize("k", [16, 64, 2048])
 @pytest.mark.parametrize("stable", [False, True])
@@ -67,7 +59,7 @@ def test_decode_lengths_edges(gen, k, stable):
     lens = [0, 1, k - 1, k, k + 1, width, 5000, -3]  # clamped to [0, W]
     x = logits(gen, len(lens), width)
     lt = torch.tensor(lens, dtype=torch.int32)
-    got = [dsa_ops.topk_decode(_poison_tail(x, lens, v), lt, k, backend="triton", stable=stable,
+    got = [dsa_ops.topk_decode(poison_tail(x, lens, v), lt, k, backend="triton", stable=stable,
                                out=poisoned_out(len(lens), k)) for v in (float("nan"), float("inf"))]
     assert_decode_equivalent(got[0], x, lt, k, stable=stable)
     if stable:
@@ -488,7 +480,7 @@ def test_radix_plan_split_and_its_off_switch(monkeypatch):
     DSA_OPS_TRITON_SPLIT=0 gives one program per row; bad knobs are refused."""
     from dsa_ops.backends.triton import radix_launch as rl
 
-    monkeypatch.setattr(rl, "_num_sms", lambda kind, index: 132)
+    monkeypatch.setattr(rl, "num_sms", lambda kind, index: 132)
     monkeypatch.setattr(rl.torch.version, "hip", None, raising=False)
     dev = torch.device("cuda", 0)
     assert rl.plan(1, 133120, dev).slices == 32
@@ -547,10 +539,10 @@ def test_radix_plan_split_and_its_off_switch(monkeypatch):
 def test_grown_workspace_serves_every_later_shape(gen, monkeypatch):
     """One grown workspace serves launches of any rows and width in any order (a larger buffer
     than the plan asks for, cut to its slots), for both kernels, and stays one buffer a kernel."""
-    from dsa_ops.backends.triton import launch
+    from dsa_ops.backends.triton import workspace
 
-    monkeypatch.setattr(launch, "_WORKSPACES", {})
-    monkeypatch.setattr(launch, "_RETIRED", [])
+    monkeypatch.setattr(workspace, "_WORKSPACES", {})
+    monkeypatch.setattr(workspace, "_RETIRED", [])
     for rows, width, k in ((1, 6000, 512), (3, 300, 16), (2, 5000, 64), (5, 800, 512), (9, 2100, 64), (1, 300, 8)):
         x = logits(gen, rows, width, "ties" if rows % 2 else "randn")
         lt = torch.randint(0, width + 20, (rows,), generator=gen, dtype=torch.int32)
@@ -559,17 +551,17 @@ def test_grown_workspace_serves_every_later_shape(gen, monkeypatch):
         s = torch.randint(0, width // 2, (rows,), generator=gen, dtype=torch.int32)
         got = dsa_ops.topk_prefill(x, s, lt, k, backend="triton", stable=True, out=poisoned_out(rows, k))
         assert_prefill_equivalent(got, x, s, lt, k, stable=True)
-    assert sorted(key[-1] for key in launch._WORKSPACES) == ["pivot", "radix"]
+    assert sorted(key[-1] for key in workspace._WORKSPACES) == ["pivot", "radix"]
 
 
 def _sweep_bytes(monkeypatch, rows_list, width: int) -> tuple[int, int]:
     """(bytes the cache holds, bytes of the largest single request) after asking for the radix
     workspace of every row count's plan on a simulated 132-multiprocessor CUDA device."""
-    from dsa_ops.backends.triton import launch, radix_launch
+    from dsa_ops.backends.triton import radix_launch, workspace
 
-    monkeypatch.setattr(launch, "_WORKSPACES", {})
-    monkeypatch.setattr(launch, "_RETIRED", [])
-    monkeypatch.setattr(radix_launch, "_num_sms", lambda device_type, index: 132)
+    monkeypatch.setattr(workspace, "_WORKSPACES", {})
+    monkeypatch.setattr(workspace, "_RETIRED", [])
+    monkeypatch.setattr(radix_launch, "num_sms", lambda device_type, index: 132)
     monkeypatch.setattr(radix_launch.torch.version, "hip", None)
     cuda, cpu = torch.device("cuda"), torch.device("cpu")
     largest = slots = stride = 0
@@ -579,8 +571,8 @@ def _sweep_bytes(monkeypatch, rows_list, width: int) -> tuple[int, int]:
         assert ws.shape[0] == p.grid0 and ws.stride(0) >= p.ws_stride
         largest = max(largest, 4 * p.grid0 * p.ws_stride)
         slots, stride = max(slots, p.grid0), max(stride, p.ws_stride)
-    assert len(launch._WORKSPACES) == 1 and (ws == 0).all()
-    return launch.workspace_bytes(), 4 * slots * stride
+    assert len(workspace._WORKSPACES) == 1 and (ws == 0).all()
+    return workspace.workspace_bytes(), 4 * slots * stride
 
 
 @pytest.mark.parametrize("rows_list, width, bound_mib", [
@@ -600,10 +592,10 @@ def test_workspaces_are_cached_per_kernel_and_size(monkeypatch):
     """Both kernels' workspaces come from one cache: a request the cached buffer holds gets the
     same memory, the radix one zeroed, the two kernels never share an entry; a larger request
     grows the buffer (rows rounded up), a smaller one is served from it, cut to its rows."""
-    from dsa_ops.backends.triton import launch, radix_launch
+    from dsa_ops.backends.triton import launch, radix_launch, workspace
 
-    monkeypatch.setattr(launch, "_WORKSPACES", {})
-    monkeypatch.setattr(launch, "_RETIRED", [])
+    monkeypatch.setattr(workspace, "_WORKSPACES", {})
+    monkeypatch.setattr(workspace, "_RETIRED", [])
     cpu = torch.device("cpu")
     ws, cnt = launch.workspace(cpu, 2, 64)
     again = launch.workspace(cpu, 2, 64)
@@ -614,7 +606,7 @@ def test_workspaces_are_cached_per_kernel_and_size(monkeypatch):
     assert grown.shape == (3, 64) and grown.data_ptr() != rw.data_ptr()
     small = radix_launch.workspace(cpu, 1, 40)
     assert small.shape == (1, 64) and small.data_ptr() == grown.data_ptr()
-    assert launch.workspace_bytes() == 4 * 2 * 64 + 8 * 2 * launch.CNT_STRIDE + 4 * 3 * 64
+    assert workspace.workspace_bytes() == 4 * 2 * 64 + 8 * 2 * launch.CNT_STRIDE + 4 * 3 * 64
 
 
 def test_radix_bracket_switch(monkeypatch):
@@ -652,7 +644,7 @@ def test_radix_plan_bounds():
         dev = torch.device("cuda")
         for rows in (1, 3, 16, 64, 200, 5000):
             p = rl.plan(rows, 1 << 20, dev)
-            assert p.slices == 1 or rows * p.slices <= rl._num_sms("cuda", 0) * rl.PER_SM
+            assert p.slices == 1 or rows * p.slices <= rl.num_sms("cuda", 0) * rl.PER_SM
         with pytest.raises(ValueError, match="slices"):
             rl.plan(64, 1 << 20, dev, slices=64)
 
@@ -698,7 +690,6 @@ def _rows(n: int, keep: int = 8) -> torch.Tensor:
 
 
 @pytest.mark.gpu
-@needs_gpu
 @pytest.mark.parametrize("rows, width", [(1, 133120), (16, 133120), (64, 133120), (8, 1048576), (64, 1048576)])
 @pytest.mark.parametrize("stable", [False, True])
 def test_gpu_real_shapes(rows, width, stable):
@@ -713,7 +704,6 @@ def test_gpu_real_shapes(rows, width, stable):
 
 
 @pytest.mark.gpu
-@needs_gpu
 @pytest.mark.parametrize("kind", ["ties", "equal", "specials"])
 def test_gpu_adversarial(kind):
     gen = torch.Generator().manual_seed(3)
@@ -725,16 +715,15 @@ def test_gpu_adversarial(kind):
 
 
 @pytest.mark.gpu
-@needs_gpu
 def test_gpu_workspace_memory_bounded_over_row_counts():
     """Issue #25 on the device: decode at every batch size 1..256 (W 163840) and prefill chunks
     of 1..1055 rows (W 131072, every 16th count) leave one workspace buffer of the largest slots
     x the largest stride, and the allocator grows by no more than that (outgrown buffers are
     freed), not by a workspace per shape seen."""
-    from dsa_ops.backends.triton import launch
+    from dsa_ops.backends.triton import workspace
 
-    launch._WORKSPACES.clear()
-    launch._RETIRED.clear()
+    workspace._WORKSPACES.clear()
+    workspace._RETIRED.clear()
     torch.cuda.synchronize()
     base = torch.cuda.memory_allocated()
     x = torch.randn(1055, 163840, device="cuda")
@@ -742,13 +731,13 @@ def test_gpu_workspace_memory_bounded_over_row_counts():
     for rows in range(1, 257):
         lt = torch.full((rows,), 131072, dtype=torch.int32, device="cuda")
         dsa_ops.topk_decode(x[:rows], lt, 2048, backend="triton")
-        held.append(launch.workspace_bytes())
+        held.append(workspace.workspace_bytes())
     xp = x[:, :131072]
     for rows in list(range(1, 1056, 16)) + [1055]:
         s = torch.zeros(rows, dtype=torch.int32, device="cuda")
         e = torch.full((rows,), 131072, dtype=torch.int32, device="cuda")
         got = dsa_ops.topk_prefill(xp[:rows], s, e, 2048, backend="triton")
-        held.append(launch.workspace_bytes())
+        held.append(workspace.workspace_bytes())
     assert_prefill_equivalent(got[-4:], xp[rows - 4:rows], s[-4:], e[-4:], 2048)
     torch.cuda.synchronize()
     grown = torch.cuda.memory_allocated() - base - x.numel() * 4
@@ -760,7 +749,6 @@ def test_gpu_workspace_memory_bounded_over_row_counts():
 
 
 @pytest.mark.gpu
-@needs_gpu
 def test_gpu_cuda_graph_replay_with_new_lengths():
     rows, width, k = 16, 133120, 2048
     x = torch.randn(rows, width, device="cuda")
@@ -787,7 +775,6 @@ def test_gpu_cuda_graph_replay_with_new_lengths():
 
 
 @pytest.mark.gpu
-@needs_gpu
 @pytest.mark.parametrize("stable", [False, True])
 def test_gpu_prefill_causal_chunk(stable):
     rows, chunk, k = 2048, 40000, 2048
@@ -800,7 +787,6 @@ def test_gpu_prefill_causal_chunk(stable):
 
 
 @pytest.mark.gpu
-@needs_gpu
 def test_gpu_prefill_wide_chunk_lane_steps():
     """A chunk wider than LANES_WIDE with more rows than row-mode programs: the rule's lane
     read of four blocks a step (checked against launch_plan), with window starts off the
@@ -825,7 +811,6 @@ def test_gpu_prefill_wide_chunk_lane_steps():
 
 
 @pytest.mark.gpu
-@needs_gpu
 @pytest.mark.parametrize("kind", ["randn", "ties", "specials"])
 def test_gpu_prefill_few_rows_split(kind):
     """A few long prefill windows (offset starts, one shorter than k, one empty): the radix

@@ -336,3 +336,61 @@ def test_stable_and_max_seqlen_k_accept_their_legal_values():
     a = _good("prefill")
     for stable in (None, False, True):
         _call_api("prefill", {**a, "stable": stable, "max_seqlen_k": 0}, False)
+
+
+def _compiled_check_call(family: str, backend: str):
+    def f(x, a, b, out):
+        if family == "decode":
+            return dsa_ops.topk_decode(x, a, K, b, out=out, check=True)
+        return dsa_ops.topk_prefill(x, a, b, K, out=out, check=True)
+
+    return torch.compile(f, fullgraph=True, backend=backend)
+
+
+def _value_cases(family: str) -> list:
+    if family == "decode":
+        return [(name, lengths, next_n, "lengths") for name, (lengths, next_n) in DECODE_VALUES.items()]
+    return [(name, s, e, arg) for name, (s, e, arg) in PREFILL_VALUES.items()]
+
+
+@pytest.mark.parametrize("use_out", [False, True], ids=["functional", "out"])
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+@pytest.mark.parametrize("family", ["decode", "prefill"])
+def test_check_true_under_compile(fresh_dynamo, family, backend, use_out):
+    """Issue #44 item 2: check=True under torch.compile(fullgraph=True) traced `bool(bad.any())`
+    and failed with dynamo's 'Could not guard on data-dependent expression' even on good
+    values. Compiled, good values give the eager result, and each bad value raises eager's
+    ValueError when the graph runs (one graph: values are device data), before out is written."""
+    f = _compiled_check_call(family, backend)
+    good = _good(family)
+    a, b = (good["lengths"], 1) if family == "decode" else (good["row_starts"], good["row_ends"])
+    out = data.poisoned_out(R, K) if use_out else None
+    got = f(good["logits"], a, b, out)
+    want = _call_api(family, good, False)
+    assert torch.equal(got, want) and (out is None or torch.equal(out, want))
+    for name, a, b, arg in _value_cases(family):
+        if family == "decode" and b != 1:
+            continue  # next_n is a constant: another graph, checked below
+        out = data.poisoned_out(R, K) if use_out else None
+        with torch.compiler.set_stance("fail_on_recompile"):
+            with pytest.raises(ValueError) as info:
+                f(good["logits"], a, b, out)
+        eager = {**good, **({"lengths": a} if family == "decode" else {"row_starts": a, "row_ends": b})}
+        with pytest.raises(ValueError) as want_info:
+            _call_api(family, eager, False, check=True)
+        assert str(info.value) == str(want_info.value) and str(info.value).startswith(f"{arg}:"), name
+        assert out is None or (out == data.POISON).all(), f"{name}: out was written"
+    if family == "decode":  # per-request lengths (next_n = 2): their own graph
+        for name, (lengths, next_n) in DECODE_VALUES.items():
+            if next_n == 2:
+                with pytest.raises(ValueError, match="^lengths: request"):
+                    f(good["logits"], lengths, next_n, None)
+
+
+def test_check_true_under_inductor(fresh_dynamo):
+    """The same through Inductor (which must not drop the check as dead code)."""
+    f = _compiled_check_call("decode", "inductor")
+    good = _good("decode")
+    assert torch.equal(f(good["logits"], good["lengths"], 1, None), _call_api("decode", good, False))
+    with pytest.raises(ValueError, match="^lengths: row 2 has length 51"):
+        f(good["logits"], data.i32([0, 10, W + 1, 20]), 1, None)

@@ -23,7 +23,7 @@ import dsa_ops
 from dsa_ops import ops
 from dsa_ops.backends import BACKENDS, vllm_radix
 from dsa_ops.backends.base import YES, Query, module_version
-from dsa_ops.backends.reference import row_lengths
+from dsa_ops.backends.rows import row_lengths
 from dsa_ops.testing import assert_decode_equivalent
 from tests import data
 from tests.kernel_doubles import (
@@ -74,11 +74,6 @@ def _lengths(gen, rows: int, width: int, k: int):
     return lengths
 
 
-def _poison_tail(x, lengths):
-    col = torch.arange(x.shape[1])
-    return torch.where(col[None, :] >= lengths[:, None].long(), float("nan"), x)
-
-
 def test_double_schemas_are_vllms():
     """The doubles are dispatched through schemas identical to the compiled ones."""
     ns = register_vllm_radix_double()
@@ -94,7 +89,7 @@ def test_double_schemas_are_vllms():
 ])
 def test_vllm_radix_adapter_with_double_matches_reference(radix, gen, backend, rows, width, k, kind):
     lengths = _lengths(gen, rows, width, k)
-    x = _poison_tail(data.logits(gen, rows, width, kind), lengths)
+    x = data.poison_tail(data.logits(gen, rows, width, kind), lengths)
     got = dsa_ops.topk_decode(x, lengths, k, backend=backend.name, out=data.poisoned_out(rows, k))
     assert_decode_equivalent(got, x, lengths, k)
     (call,) = radix.log.calls
@@ -157,7 +152,7 @@ def test_vllm_radix_zero_rows_never_launch(radix, backend):
 def test_vllm_cooperative_over_64_rows_runs_persistent(radix, gen, rows, fn):
     width, k = 600, 512
     lengths = _lengths(gen, rows, width, k)
-    x = _poison_tail(data.logits(gen, rows, width, "ties"), lengths)
+    x = data.poison_tail(data.logits(gen, rows, width, "ties"), lengths)
     got = dsa_ops.topk_decode(x, lengths, k, backend=COOPERATIVE.name, out=data.poisoned_out(rows, k))
     assert_decode_equivalent(got, x, lengths, k)
     assert [c["fn"] for c in radix.log.calls] == [fn]

@@ -16,6 +16,7 @@ import torch
 
 import dsa_ops
 from dsa_ops.backends.base import Query
+from tests import data
 
 rc = pytest.importorskip("lab.vllm_real_check", reason="lab/ is in a checkout, not in the wheel")
 
@@ -46,7 +47,7 @@ def test_real_vllm_kernels_on_heavy_ties(name, kind, rows, width):
         gen = torch.Generator(device="cuda").manual_seed(rows + length)
         x = rc.make_logits(kind, rows, width, gen)
         lens = rc.make_lengths(rows, width, length, torch.Generator().manual_seed(length))
-        out = torch.full((rows, 2048), 0x7EADBEEF, dtype=torch.int32, device="cuda")
+        out = data.poisoned_out(rows, 2048, "cuda")
         dsa_ops.topk_decode(x, lens, 2048, backend=name, out=out)
         _check(name, out, x, lens)
 
@@ -63,7 +64,7 @@ def test_real_exact_vllm_kernels_rank_special_values_by_the_contract(name, rows,
     for length in (3072, 131072):
         x = rc.make_logits("specials", rows, width, torch.Generator(device="cuda").manual_seed(length))
         lens = rc.make_lengths(rows, width, length, torch.Generator().manual_seed(length))
-        out = torch.full((rows, 2048), 0x7EADBEEF, dtype=torch.int32, device="cuda")
+        out = data.poisoned_out(rows, 2048, "cuda")
         dsa_ops.topk_decode(x, lens, 2048, backend=name, out=out)
         _check(name, out, x, lens)
 
@@ -81,7 +82,7 @@ def test_real_vllm_kernels_graph_replay_with_new_lengths(name, rows, width):
     graph = capture(lambda: dsa_ops.topk_decode(x, lens, 2048, backend=name, out=out))
     for i, length in enumerate((3072, 131072, 0, 2049, width)):
         lens.copy_(rc.make_lengths(rows, width, length, torch.Generator().manual_seed(i)))
-        out.fill_(0x7EADBEEF)
+        out.fill_(data.POISON)
         graph.replay()
         torch.cuda.synchronize()
         _check(name, out, x, lens)

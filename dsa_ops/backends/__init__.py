@@ -1,65 +1,16 @@
-"""The backend registry: name -> :class:`~dsa_ops.backends.base.Backend`.
-
-Modules listed in ``_MODULES`` each define ``BACKEND`` (one record) or ``BACKENDS`` (a
-tuple of records); importing them must not import optional dependencies (triton, aiter,
-vllm), which load inside the writers and probes.
+"""The backends: their records (:mod:`~dsa_ops.backends.base`) and the registry
+(:mod:`~dsa_ops.backends.registry`), re-exported here. The package is also callable:
+``dsa_ops.backends()`` is :func:`~dsa_ops.backends.registry.backends`.
 """
 
 from __future__ import annotations
 
-import importlib
 import sys
 import types
-from types import MappingProxyType
 from typing import Mapping
 
 from dsa_ops.backends.base import Backend, Query, Support
-
-_MODULES = (
-    "dsa_ops.backends.reference",
-    "dsa_ops.backends.torch_topk",
-    "dsa_ops.backends.aiter",
-    "dsa_ops.backends.vllm_intree",
-    "dsa_ops.backends.vllm_radix",
-    "dsa_ops.backends.triton",
-    "dsa_ops.backends.cuda.backend",
-)
-
-BACKENDS: dict[str, Backend] = {}
-
-
-def register(backend: Backend) -> Backend:
-    """Add a backend and register its ops. Tests use this for stand-in backends."""
-    from dsa_ops import ops
-
-    if backend.name in BACKENDS and BACKENDS[backend.name] is not backend:
-        raise ValueError(f"backend: a backend named {backend.name!r} is already registered")
-    BACKENDS[backend.name] = backend
-    ops.register_backend_ops(backend)
-    return backend
-
-
-def load_builtin() -> None:
-    for mod in _MODULES:
-        module = importlib.import_module(mod)
-        for backend in getattr(module, "BACKENDS", None) or (module.BACKEND,):
-            if backend.name not in BACKENDS:
-                register(backend)
-
-
-def backends(include_test_only: bool = False) -> Mapping[str, Backend]:
-    """Read-only mapping of every registered backend (available or not)."""
-    return MappingProxyType(
-        {n: b for n, b in BACKENDS.items() if include_test_only or not b.test_only}
-    )
-
-
-def get(name: str) -> Backend:
-    """The backend called ``name``; a ValueError lists the registered ones otherwise."""
-    try:
-        return BACKENDS[name]
-    except KeyError:
-        raise ValueError(f"backend: no backend named {name!r}; registered: {sorted(BACKENDS)}") from None
+from dsa_ops.backends.registry import BACKENDS, backends, get, load_builtin, register
 
 
 class _CallableModule(types.ModuleType):

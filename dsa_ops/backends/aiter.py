@@ -40,6 +40,7 @@ from torch import Tensor
 
 from dsa_ops.backends.base import YES, Backend, Query, Support
 from dsa_ops.backends.rows import decode_ends, prefill_windows, row_pitch
+from dsa_ops.testing import assert_decode_equivalent, assert_prefill_equivalent
 
 MODULE = "aiter.ops.topk"
 DECODE_FN = "top_k_per_row_decode"
@@ -127,8 +128,6 @@ def _warm_up() -> Support:
     AITER JIT-builds / loads its top-k module on the first call; doing it here keeps that
     out of graph capture and turns a broken build into a reason instead of a crash.
     """
-    from dsa_ops.testing import assert_decode_equivalent, assert_prefill_equivalent
-
     dev = torch.device(PROBE_DEVICE)
     gen = torch.Generator().manual_seed(0)
     rows, width, k = 2, 4096, 2048

@@ -113,12 +113,6 @@ class Backend:
             return Support(False, f"backend {self.name!r} does not support this call: {sup.reason}")
         return YES
 
-    def op(self, family: str, out: bool = False):
-        """The registered op for ``family`` ("decode" / "prefill"); ``out`` picks the ``_out`` form."""
-        from dsa_ops import ops
-
-        return ops.backend_op(self.name, family, out=out)
-
 
 @functools.lru_cache(maxsize=None)
 def module_version(module: str) -> str:

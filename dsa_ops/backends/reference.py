@@ -18,6 +18,7 @@ import torch
 from torch import Tensor
 
 from dsa_ops.backends.base import YES, Backend, Query, Support
+from dsa_ops.backends.rows import decode_ends, prefill_windows
 
 _SIGN = 1 << 31
 _MASKED = torch.iinfo(torch.int64).max  # worse than any (key << 31 | column)
@@ -29,22 +30,6 @@ def order_key(logits: Tensor) -> Tensor:
     """int64 keys of contract §1.1 in [0, 2^32): smaller key = better value."""
     bits = logits.contiguous().view(torch.int32).to(torch.int64) & 0xFFFFFFFF
     return torch.where(bits < _SIGN, bits ^ 0x7FFFFFFF, bits)
-
-
-def row_lengths(lengths: Tensor, rows: int, next_n: int, layout: str, clamp_to: int | None) -> Tensor:
-    """Per-row lengths (int64, shape (rows,)) from any accepted layout of contract §1.1.
-
-    ``layout`` comes from :func:`dsa_ops.validate.decode_layout`. ``per_request``:
-    row r reads lengths[r // next_n] - next_n + 1 + r % next_n. Clamped to
-    [0, clamp_to] unless ``clamp_to`` is None.
-    """
-    flat = lengths.reshape(-1).to(torch.int64)
-    if layout == "per_request" and next_n > 1:
-        r = torch.arange(rows, device=lengths.device)
-        flat = flat[r // next_n] - next_n + 1 + r % next_n
-    if clamp_to is not None:
-        flat = flat.clamp(0, clamp_to)
-    return flat
 
 
 def select_window(logits: Tensor, starts: Tensor, ends: Tensor, k: int, out: Tensor) -> None:
@@ -76,16 +61,12 @@ def select_window(logits: Tensor, starts: Tensor, ends: Tensor, k: int, out: Ten
 
 def decode(logits: Tensor, lengths: Tensor, k: int, next_n: int, stable: bool, out: Tensor) -> None:
     """Decode writer: row r's window is [0, clamp(L_r, 0, W))."""
-    from dsa_ops.backends.rows import decode_ends
-
     ends = decode_ends(logits, lengths, next_n)
     select_window(logits, torch.zeros_like(ends), ends, k, out)
 
 
 def prefill(logits: Tensor, row_starts: Tensor, row_ends: Tensor, k: int, stable: bool, out: Tensor) -> None:
     """Prefill writer: row r's window is [s_r, e_r) clamped to [0, W]; indices are j - s_r."""
-    from dsa_ops.backends.rows import prefill_windows
-
     select_window(logits, *prefill_windows(logits, row_starts, row_ends), k, out)
 
 

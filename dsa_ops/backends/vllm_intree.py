@@ -39,6 +39,7 @@ from torch import Tensor
 
 from dsa_ops.backends.base import YES, Backend, Query, Support, module_version
 from dsa_ops.backends.rows import prefill_windows, row_pitch
+from dsa_ops.backends.vllm_prep import ends_and_fill
 
 # The op namespace; tests point it at a namespace holding test doubles with these schemas.
 NAMESPACE = "_C"
@@ -57,8 +58,6 @@ def decode(logits: Tensor, lengths: Tensor, k: int, next_n: int, stable: bool, o
     rows = logits.shape[0]
     if rows == 0:
         return
-    from dsa_ops.backends.vllm_prep import ends_and_fill
-
     ends = ends_and_fill(logits, lengths, next_n, None)  # one launch on CUDA
     _op(DECODE_OP)(logits, 1, ends, out, rows, row_pitch(logits), int(logits.stride(1)), k)
 

@@ -64,6 +64,7 @@ from torch import Tensor
 
 from dsa_ops.backends.base import YES, Backend, Query, Support, module_version
 from dsa_ops.backends import vllm_intree, vllm_prep
+from dsa_ops.policy import device_platform
 from dsa_ops.backends.vllm_intree import probe_compiled_ops
 
 # The op namespace; tests point it at a namespace holding test doubles with these schemas.
@@ -163,8 +164,6 @@ def decode_cooperative(logits: Tensor, lengths: Tensor, k: int, next_n: int, sta
 
 
 def _platform(device_type: str) -> tuple[str, str]:
-    from dsa_ops.policy import device_platform
-
     return device_platform(device_type)
 
 

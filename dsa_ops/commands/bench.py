@@ -28,7 +28,11 @@ from typing import Any, Callable
 
 import torch
 
-from dsa_ops.commands import bench_raw
+import dsa_ops
+from dsa_ops import api, testing
+from dsa_ops.backends.base import Query, module_version
+from dsa_ops.benchmarking import capture, time_eager, time_graph
+from dsa_ops.commands import bench_e2e, bench_raw, checks
 
 HELP = "time every available backend (decode graph replays, prefill eager); write table, JSON (PNG with matplotlib)"
 
@@ -72,8 +76,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--policy", default="",
                    help="with --stock: comma list of policy JSON files to route with, or 'default' (default: "
                    "$DSA_OPS_POLICY or the default policy)")
-    from dsa_ops.commands import bench_e2e
-
     bench_e2e.add_arguments(p)
 
 
@@ -92,8 +94,6 @@ def _sub(rows: int, n: int) -> torch.Tensor:
 
 def _verify(family: str, got: torch.Tensor, x: torch.Tensor, a: torch.Tensor, b: torch.Tensor | None,
             k: int, n: int) -> str:
-    from dsa_ops import testing
-
     idx = _sub(x.shape[0], n).to(x.device)
     try:
         if family == "decode":
@@ -106,9 +106,6 @@ def _verify(family: str, got: torch.Tensor, x: torch.Tensor, a: torch.Tensor, b:
 
 
 def _decode_case(name: str, rows: int, width: int, length: Any, k: int, reps: int, nver: int) -> dict:
-    from dsa_ops import api
-    from dsa_ops.benchmarking import capture, time_graph
-
     g = torch.Generator(device="cuda").manual_seed(rows * 7 + width)
     x = torch.randn(rows, width, device="cuda", generator=g)
     if length == "mixed":
@@ -131,9 +128,6 @@ def _decode_case(name: str, rows: int, width: int, length: Any, k: int, reps: in
 
 
 def _prefill_case(name: str, chunk: int, k: int, reps: int, nver: int) -> dict:
-    from dsa_ops import api
-    from dsa_ops.benchmarking import time_eager
-
     g = torch.Generator(device="cuda").manual_seed(chunk)
     x = torch.randn(PREFILL_ROWS, chunk, device="cuda", generator=g)
     starts = torch.zeros(PREFILL_ROWS, dtype=torch.int32, device="cuda")
@@ -300,8 +294,6 @@ def _plot(records: list[dict], names: list[str], path: str) -> str:
 
 
 def _meta() -> dict:
-    from dsa_ops.backends.base import module_version
-
     return {
         "device": torch.cuda.get_device_name(),
         "torch": torch.__version__,
@@ -314,8 +306,6 @@ def _meta() -> dict:
 
 def check_args(args: argparse.Namespace) -> None:
     """Every value is checked before anything runs (a bad one is one line and exit 2)."""
-    from dsa_ops.commands import checks
-
     checks.top_k(args.k)
     checks.at_least("reps", args.reps, MIN_REPS)
     checks.at_least("prefill-reps", args.prefill_reps, 1)
@@ -348,15 +338,8 @@ def run(args: argparse.Namespace) -> int:
         print("dsa-ops bench: needs a CUDA (or ROCm) device; none is visible (torch.cuda.is_available() "
               "is False). Nothing was timed.", file=sys.stderr)
         return 2
-    import dsa_ops
-    from dsa_ops.backends.base import Query
-
-    from dsa_ops.commands import checks
-
     checks.output_dir("out", args.out)  # before any timing: a bad --out fails now, not at the end
     if args.e2e:
-        from dsa_ops.commands import bench_e2e
-
         return bench_e2e.run(args, _meta())
     if args.stock:
         from dsa_ops.commands import bench_stock

@@ -7,6 +7,9 @@ import json
 import os
 import sys
 
+import dsa_ops
+from dsa_ops import e2e
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--e2e", action="store_true",
@@ -35,9 +38,6 @@ def table(rows: list[dict]) -> str:
 
 
 def run(args: argparse.Namespace, meta: dict) -> int:
-    import dsa_ops
-    from dsa_ops import e2e
-
     names = []
     for n in (x for x in args.e2e_backends.split(",") if x):
         sup = dsa_ops.backends.get(n).availability()

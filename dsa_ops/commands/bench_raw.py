@@ -14,6 +14,8 @@ from typing import Callable
 
 import torch
 
+from dsa_ops.backends import vllm_intree, vllm_radix
+
 RAW = {
     "vllm:raw": "vllm",
     "vllm_persistent:raw": "vllm_persistent",
@@ -29,8 +31,6 @@ def raw_names(backends: list[str]) -> list[str]:
 
 def raw_call(raw: str, x: torch.Tensor, lens: torch.Tensor, k: int, out: torch.Tensor) -> Callable[[], None]:
     """A no-argument callable doing the raw call ``raw`` on these buffers."""
-    from dsa_ops.backends import vllm_intree, vllm_radix
-
     ops = getattr(torch.ops, vllm_radix.NAMESPACE)
     rows, width = x.shape
     ends = lens.to(torch.int32).clamp(0, width).contiguous()  # in the kernel's form already

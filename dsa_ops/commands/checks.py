@@ -3,7 +3,14 @@ which ``dsa-ops`` prints as one line on stderr before exiting with status 2."""
 
 from __future__ import annotations
 
+import importlib.util
+import os
+
 import torch
+
+import dsa_ops
+from dsa_ops import policy as P
+from dsa_ops.validate import MAX_K
 
 
 class UsageError(Exception):
@@ -37,8 +44,6 @@ def at_least(option: str, value: int, low: int) -> int:
 
 def top_k(value: int) -> int:
     """``--k``: the ops' range, 1 ..= dsa_ops.validate.MAX_K."""
-    from dsa_ops.validate import MAX_K
-
     if not 1 <= value <= MAX_K:
         raise UsageError(f"--k: expected 1 <= k <= {MAX_K}, got {value}")
     return value
@@ -54,8 +59,6 @@ def compile_backend(name: str) -> str:
                          f"e.g. inductor, aot_eager, eager")
     need = _BACKEND_PACKAGES.get(name)
     if need is not None:
-        import importlib.util
-
         if importlib.util.find_spec(need) is None:
             raise UsageError(f"--compile-backend {name}: needs the {need!r} package, which is not installed; "
                              f"e.g. inductor, aot_eager, eager")
@@ -70,8 +73,6 @@ _BACKEND_PACKAGES = {"tvm": "tvm", "onnxrt": "onnxruntime", "openxla": "torch_xl
 def output_file(option: str, path: str) -> str:
     """A file the command will write at its end: checked before any work, so that a long run
     does not end in a traceback (its folder must exist and be writable; not a folder itself)."""
-    import os
-
     folder = os.path.dirname(os.path.abspath(path))
     if os.path.isdir(path):
         raise UsageError(f"--{option}: {path!r} is a folder; expected a file name")
@@ -84,8 +85,6 @@ def output_file(option: str, path: str) -> str:
 
 def folder_path(option: str, path: str) -> str:
     """A folder the command will write into: refused when a file of that name is in the way."""
-    import os
-
     if os.path.exists(path) and not os.path.isdir(path):
         raise UsageError(f"--{option}: {path!r} exists and is not a folder")
     return path
@@ -93,8 +92,6 @@ def folder_path(option: str, path: str) -> str:
 
 def output_dir(option: str, path: str) -> str:
     """A folder the command writes into: created (with its parents) before any work."""
-    import os
-
     folder_path(option, path)
     try:
         os.makedirs(path, exist_ok=True)
@@ -107,8 +104,6 @@ def output_dir(option: str, path: str) -> str:
 
 def policy(path: str | None):
     """``--policy`` (or ``$DSA_OPS_POLICY`` when None): the loaded policy; a bad file names itself."""
-    from dsa_ops import policy as P
-
     try:
         return P.load(path) if path else P.current()
     except ValueError as exc:
@@ -140,8 +135,6 @@ def int_list(option: str, value: str, low: int = 1, extra: tuple[str, ...] = (),
 
 def backend_names(option: str, value: str | None) -> list[str]:
     """A comma list of registered backend names (empty: none named; tests' stand-ins count)."""
-    import dsa_ops
-
     known = dsa_ops.backends()
     names = [n.strip() for n in (value or "").split(",") if n.strip()]
     bad = [n for n in names if n not in dsa_ops.backends(include_test_only=True)]

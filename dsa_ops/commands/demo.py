@@ -8,6 +8,11 @@ import time
 
 import torch
 
+import dsa_ops
+from dsa_ops.commands import checks
+from dsa_ops.indexer import DecodeStep, indexer_logits, random_inputs
+from dsa_ops.testing import assert_decode_equivalent
+
 HELP = "run a small indexer decode step eagerly and compiled, checked against the reference"
 
 
@@ -34,8 +39,6 @@ HIDDEN, HEADS, DIM = 64, 4, 32
 
 def build_step(device: str, batch: int, width: int, layers: int, k: int, seed: int):
     """The demo's decode step and its example inputs (hidden, k_cache, lengths)."""
-    from dsa_ops.indexer import DecodeStep, random_inputs
-
     torch.manual_seed(seed)
     step = DecodeStep(layers, HIDDEN, HEADS, DIM, k=k).to(device).eval()
     h, kc = random_inputs(batch, width, HIDDEN, DIM, device=device, seed=seed)
@@ -43,11 +46,7 @@ def build_step(device: str, batch: int, width: int, layers: int, k: int, seed: i
 
 
 def run(args: argparse.Namespace) -> int:
-    import dsa_ops
     import passes
-    from dsa_ops.commands import checks
-    from dsa_ops.indexer import indexer_logits
-    from dsa_ops.testing import assert_decode_equivalent
     from torch._inductor import config as inductor_config
 
     checks.device(args.device)

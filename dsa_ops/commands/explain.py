@@ -10,6 +10,12 @@ import argparse
 
 import torch
 
+import dsa_ops
+from dsa_ops import ops
+from dsa_ops import policy as P
+from dsa_ops.commands import checks
+from dsa_ops.commands.demo import build_step
+
 HELP = "show which backend each compiled top-k node gets, the prefill guards and the pass uuid"
 
 
@@ -67,9 +73,6 @@ def decode_rewrites(step: torch.nn.Module, example: tuple, pol) -> list:
 
 def prefill_guards(pol, device: str, k: int) -> list[tuple[int, list[str], str]]:
     """For one max_seqlen_k on each side of the threshold: the dynamo guards on it and the op called."""
-    import dsa_ops
-    from dsa_ops import ops
-
     x = torch.randn(4, 256, device=device)
     s = torch.zeros(4, dtype=torch.int32, device=device)
     e = torch.full((4,), 200, dtype=torch.int32, device=device)
@@ -91,11 +94,7 @@ def prefill_guards(pol, device: str, k: int) -> list[tuple[int, list[str], str]]
 
 
 def run(args: argparse.Namespace) -> int:
-    import dsa_ops
     import passes
-    from dsa_ops import policy as P
-    from dsa_ops.commands import checks
-    from dsa_ops.commands.demo import build_step
 
     checks.device(args.device)
     checks.at_least("width", args.width, 1)

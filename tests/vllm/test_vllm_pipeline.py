@@ -31,6 +31,7 @@ from dsa_ops.backends import reference  # noqa: E402
 from dsa_ops.testing import assert_decode_equivalent  # noqa: E402
 from passes._vllm_inductor import VllmComposedPass  # noqa: E402
 from passes.vllm import PASS_KEY, add_to_compilation_config  # noqa: E402
+from tests import data  # noqa: E402
 
 GENERIC = ops.generic_op("decode")
 # Two policies that route CPU decode differently; both backends run here.
@@ -42,17 +43,6 @@ TO_REFERENCE = P.Policy(decode=(P.Rule("reference", "test: cpu -> reference", pl
 
 def _vllm_config(cc: CompilationConfig) -> VllmConfig:
     return VllmConfig(compilation_config=cc, device_config=DeviceConfig(device="cpu"))
-
-
-def _inputs(rows: int = 5, width: int = 300) -> tuple[torch.Tensor, torch.Tensor]:
-    g = torch.Generator().manual_seed(0)
-    logits = torch.randint(-2, 3, (rows, width), generator=g).float()  # heavy ties
-    lengths = torch.tensor([0, 7, 64, width, width + 50][:rows], dtype=torch.int32)
-    return logits, lengths
-
-
-def _targets(graph: torch.fx.Graph) -> list:
-    return [n.target for n in graph.nodes if n.op == "call_function"]
 
 
 def test_helper_output_is_accepted_by_compilation_and_vllm_config():
@@ -136,7 +126,7 @@ def _manager(vc: VllmConfig) -> PostGradPassManager:
     return pm
 
 
-def test_post_grad_manager_runs_our_pass_on_a_captured_graph(vllm_c_placeholders):
+def test_post_grad_manager_runs_our_pass_on_a_captured_graph(vllm_c_placeholders, gen):
     cc = add_to_compilation_config(CompilationConfig(mode=CompilationMode.VLLM_COMPILE), TO_TORCH_TOPK)
     vc = _vllm_config(cc)
     pm = _manager(vc)
@@ -146,13 +136,13 @@ def test_post_grad_manager_runs_our_pass_on_a_captured_graph(vllm_c_placeholders
     def step(logits, lengths):  # the generic op, as a compiled model's graph holds it
         return GENERIC(logits, lengths, 64) + 0
 
-    logits, lengths = _inputs()
+    logits, lengths = data.decode_inputs(gen, 5, 300, "ties", lengths=[0, 7, 64, 300, 350])
     gm = make_fx(step, tracing_mode="fake")(logits, lengths)
-    assert _targets(gm.graph).count(GENERIC) == 1
+    assert data.call_targets(gm.graph).count(GENERIC) == 1
     with pass_context(Range(1, 8)), set_current_vllm_config(vc):
         pm(gm.graph)
     gm.recompile()
-    after = _targets(gm.graph)
+    after = data.call_targets(gm.graph)
     assert GENERIC not in after and after.count(ops.backend_op("torch_topk", "decode")) == 1
     assert [r.backend for r in ours.topk_pass.rewrites] == ["torch_topk"]
     assert_decode_equivalent(gm(logits, lengths).to(torch.int32), logits, lengths, 64)
@@ -171,7 +161,7 @@ def test_manager_uuid_follows_our_policy(vllm_c_placeholders):
 
 
 @pytest.mark.parametrize("form", ["functional", "out"])
-def test_vllm_backend_compiles_with_the_backend_op(vllm_c_placeholders, vllm_cache, form):
+def test_vllm_backend_compiles_with_the_backend_op(vllm_c_placeholders, vllm_cache, form, gen):
     """End to end: torch.compile with vLLM's own backend (dynamo -> split -> Inductor ->
     vLLM's PostGradPassManager -> our pass), under two policies and one cache root.
 
@@ -180,7 +170,7 @@ def test_vllm_backend_compiles_with_the_backend_op(vllm_c_placeholders, vllm_cac
     by value; the reference by index). The second has another uuid, so nothing compiled
     under the first may be reused: its pass must run and pick the reference.
     """
-    logits, lengths = _inputs()
+    logits, lengths = data.decode_inputs(gen, 5, 300, "ties", lengths=[0, 7, 64, 300, 350])
     want = torch.empty(logits.shape[0], 64, dtype=torch.int32)
     reference.decode(logits, lengths, 64, 1, False, want)
     runs = ((TO_TORCH_TOPK, ["torch_topk"]), (TO_REFERENCE, ["reference"]), (TO_TORCH_TOPK, []))

@@ -9,12 +9,13 @@ library; the probe does, once.
 
 from __future__ import annotations
 
+import torch
+
 from dsa_ops.backends.base import YES, Backend, Query, Support
+from dsa_ops.backends.cuda import cache, driver, nvrtc  # no library loads until the probe calls load()
 
 
 def _available() -> Support:
-    import torch
-
     if torch.version.cuda is None:
         return Support(False, "torch is not a CUDA build (the cuda backend runs on NVIDIA GPUs; ROCm: not built yet)")
     if not torch.cuda.is_available():
@@ -22,8 +23,6 @@ def _available() -> Support:
     cc = torch.cuda.get_device_capability()
     if cc < (9, 0):
         return Support(False, f"needs compute capability 9.0+ (thread-block clusters), the device has {cc[0]}.{cc[1]}")
-    from dsa_ops.backends.cuda import driver, nvrtc
-
     try:
         nvrtc.load()
         driver.load()
@@ -41,11 +40,9 @@ def _supports(query: Query) -> Support:
 
 
 def _version() -> str:
-    from dsa_ops.backends.cuda import topk
+    from dsa_ops.backends.cuda import topk  # the kernels' module: loaded at first use, not by import dsa_ops
 
     try:
-        from dsa_ops.backends.cuda import nvrtc
-
         compiler = "nvrtc %d.%d" % nvrtc.version()
     except Exception:
         compiler = "nvrtc absent"

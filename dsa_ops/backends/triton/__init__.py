@@ -8,8 +8,8 @@ the last program of a row resolves.
 Both are exact per contract §1.1; ``stable=True`` gives the reference's bytes. Cost follows
 the live length L: every loop is bounded by the device length, never by the width W.
 
-Workspaces: cached allocations per (device, stream, sizes), owned by ``launch.py`` and
-``radix_launch.py``; their counters are restored to zero by each launch, so CUDA-graph
+Workspaces: cached allocations per (device, stream, kernel), owned by ``workspace.py`` and
+asked for by ``launch.py`` and ``radix_launch.py``; their counters are restored to zero by each launch, so CUDA-graph
 replays need no memset.
 
 ``triton`` is imported lazily (in the probe and the writers). With ``TRITON_INTERPRET=1``
@@ -20,9 +20,11 @@ from __future__ import annotations
 
 import os
 
+import torch
 from torch import Tensor
 
 from dsa_ops.backends.base import YES, Backend, Query, Support, module_version
+from dsa_ops.backends.triton import launch  # torch only: the kernels (and triton) load at the first launch
 
 MAX_K = 4096
 
@@ -38,8 +40,6 @@ def _available() -> Support:
         return Support(False, f"triton does not import ({exc!r})")
     if _interpret():
         return YES
-    import torch
-
     if not torch.cuda.is_available():
         return Support(False, "no CUDA/ROCm device (set TRITON_INTERPRET=1 to run on CPU, slowly)")
     return YES
@@ -55,15 +55,11 @@ def _supports(query: Query) -> Support:
 
 def decode(logits: Tensor, lengths: Tensor, k: int, next_n: int, stable: bool, out: Tensor) -> None:
     """Decode writer (see :func:`dsa_ops.backends.triton.launch.decode`)."""
-    from dsa_ops.backends.triton import launch
-
     launch.decode(logits, lengths, k, next_n, stable, out)
 
 
 def prefill(logits: Tensor, row_starts: Tensor, row_ends: Tensor, k: int, stable: bool, out: Tensor) -> None:
     """Prefill writer (see :func:`dsa_ops.backends.triton.launch.prefill`)."""
-    from dsa_ops.backends.triton import launch
-
     launch.prefill(logits, row_starts, row_ends, k, stable, out)
 
 

@@ -10,7 +10,7 @@ no waiting barrier and may use more programs than multiprocessors.
 Workspace: one int32 buffer per (device, stream), grown to the largest (slots, stride)
 asked for and cut to each launch's slots (the kernel addresses slots by the buffer's row
 stride; every plan's head region sits at a slot's start), zeroed when allocated (outside
-any graph pool, see :func:`launch.cached_workspace`) and restored to zero by every
+any graph pool, see :func:`workspace.cached_workspace`) and restored to zero by every
 launch, so graph replays need no memset. A first use inside a capture that the cached
 buffer cannot hold allocates a zeroed temporary from the graph's pool instead.
 """
@@ -18,6 +18,7 @@ buffer cannot hold allocates a zeroed temporary from the graph's pool instead.
 from __future__ import annotations
 
 import functools
+import inspect
 import math
 import os
 from dataclasses import dataclass
@@ -25,7 +26,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from dsa_ops.backends.triton.launch import _num_sms, cached_workspace
+from dsa_ops.backends.triton.workspace import cached_workspace, num_sms
 
 BLOCK = 2048  # columns per iteration of a pass (8 per thread at 8 warps)
 NUM_WARPS = 8
@@ -95,9 +96,7 @@ class RadixPlan:
 @functools.lru_cache(maxsize=None)
 def _hist_mask() -> bool:
     """Whether this Triton's ``tl.histogram`` takes ``mask=`` (3.3 and later)."""
-    import inspect
-
-    import triton.language as tl
+    import triton.language as tl  # optional: loaded at the first launch, never at import
 
     return "mask" in inspect.signature(tl.histogram).parameters
 
@@ -148,7 +147,7 @@ def plan(rows: int, width: int, device: torch.device, slices: int | None = None,
     than the device reports (MPS thread limits, green contexts), since split rows spin at
     barriers that need every program of the row resident.
     """
-    cap = _num_sms(device.type, device.index or 0) * _per_sm(device, num_warps, per_sm, maxnreg)
+    cap = num_sms(device.type, device.index or 0) * _per_sm(device, num_warps, per_sm, maxnreg)
     if device.type != "cuda" or os.environ.get("DSA_OPS_TRITON_SPLIT", "1") == "0":
         slices = 1
     elif slices is None:
@@ -286,7 +285,7 @@ def wagg_ok(device: torch.device, block: int, num_warps: int) -> bool:
 
 
 def workspace(device: torch.device, slots: int, stride: int) -> Tensor:
-    """int32 (slots, >= stride) zeros, one grown buffer per stream (see ``launch.cached_workspace``)."""
+    """int32 (slots, >= stride) zeros, one grown buffer per stream (see ``workspace.cached_workspace``)."""
     return cached_workspace(device, "radix", slots, stride,
                             lambda dev, n, st: (torch.zeros((n, st), dtype=torch.int32, device=dev),))[0]
 
