@@ -19,6 +19,7 @@ from typing import Iterable, Optional
 
 from dsa_ops import policy as P
 from dsa_ops.calibration import Measurement, _points, prefill_threshold
+from dsa_ops.stock import KERNELS, stock_choice
 
 STOCK = "stock"  # vLLM 0.33.0's own choice for the call, timed by calibrate: a reference, never routed to
 # The vLLM route (passes/vllm_route.py) calls these kernels itself, as stock vLLM does, where the
@@ -31,8 +32,6 @@ def route_view(ms: Iterable[Measurement], arch: str, k: int = 2048) -> list[Meas
     measured, a vLLM backend whose pick makes the route run stock's own kernel call there
     (:data:`ROUTE_CALLS`) costs stock's time (right only if both its adapter's output and
     stock's were). Everything else as measured."""
-    from dsa_ops.commands.bench_stock import stock_choice, KERNELS
-
     ms = list(ms)
     digits = "".join(c for c in arch if c.isdigit())
     cap = (int(digits[:-1] or 0), int(digits[-1])) if digits else None

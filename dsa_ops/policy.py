@@ -27,6 +27,7 @@ import torch
 
 from dsa_ops.backends import get as get_backend
 from dsa_ops.backends.base import Query, Support  # noqa: F401  (Query re-exported)
+from dsa_ops.validate import ArgumentError
 
 ENV_VAR = "DSA_OPS_POLICY"
 # Measured on gfx950 by vLLM PR #61943: AITER's top-k wins prefill once a chunk's
@@ -387,7 +388,6 @@ def resolve(policy: PolicyArg, argument: str = "policy", *, none_ok: bool = True
             file, or a value of another type. A file that is not a valid policy raises
             :func:`load`'s ValueError, which names the file and the field.
     """
-    from dsa_ops.validate import ArgumentError
 
     if isinstance(policy, Policy) or (policy is None and none_ok):
         return policy

@@ -280,10 +280,10 @@ def test_policy_of_another_type_is_refused_at_once(make, bad):
         make(bad)
 
 
-def test_rewrite_topk_takes_a_policy_path(tmp_path):
+def test_rewrite_topk_takes_a_policy_path(tmp_path, gen):
     path = tmp_path / "p.json"
     P.save(_policy_to("torch_topk"), path)
-    x, lengths = _inputs()
+    x, lengths = data.decode_inputs(gen)
     gm = torch.fx.symbolic_trace(lambda x, l: GENERIC(x, l, 32))
     assert passes.rewrite_topk(gm, path) == 1
     assert_decode_equivalent(gm(x, lengths), x, lengths, 32)
