@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass
 from typing import Iterable, Optional
 
 from dsa_ops import policy as P
+from dsa_ops.backends import get as get_backend
 from dsa_ops.calibration import Measurement, _points, prefill_threshold
 from dsa_ops.stock import KERNELS, stock_choice
 
@@ -169,8 +170,9 @@ def decode_row_bands(ms: Iterable[Measurement], mix: Optional[dict[int, float]] 
     measures on each side);
     adjacent widths with the same row bands merged into width bands; then, for a width band
     with several row bands, its symbolic-rows fallback. ``stock_tol``: the stock guard
-    (:func:`_guarded`) before the choice."""
-    ms = list(ms)
+    (:func:`_guarded`) before the choice. A backend with a known fault on legal input
+    (``Backend.faults``) is never a candidate: its measurements are dropped here."""
+    ms = [m for m in ms if m.backend == STOCK or not _faults(m.backend)]
     mix = context_mix(ms, mix)
     pts = _points(ms, "decode")
     wrong = {(m.width, m.backend) for m in ms if m.family == "decode" and not m.ok}
@@ -213,6 +215,14 @@ def decode_row_bands(ms: Iterable[Measurement], mix: Optional[dict[int, float]] 
             out.append(RowBand(lo_w, hi_w, 0, None, pick, tuple(sorted({r for e in raw for r in e})), tuple(ws),
                                fallback=True))
     return out
+
+
+def _faults(name: str) -> str:
+    """The registered backend's known fault on legal input ("" if none, or not registered here)."""
+    try:
+        return get_backend(name).faults
+    except ValueError:
+        return ""
 
 
 def _fallback(exps: list[dict]) -> Optional[str]:

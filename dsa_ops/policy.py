@@ -154,7 +154,8 @@ class Policy:
     meta: dict = field(default_factory=dict, compare=False, hash=False)  # provenance, measurements
 
     def choose(self, family: str, facts: Facts, long: Optional[bool] = None) -> Choice:
-        """First matching rule whose backend can serve; ``reference`` if none can.
+        """First matching rule whose backend can serve; ``reference`` if none can. A backend
+        with a known fault on legal input (``Backend.faults``) never serves a policy's choice.
 
         Reasons number the rules from 1, as docs/policy.md's table does (rule i is entry
         i - 1 of the family's JSON list).
@@ -168,7 +169,10 @@ class Policy:
                 continue
             query = Query(family, facts.device_type, facts.k, facts.width, facts.stable, facts.compress_ratio)
             try:
-                sup = get_backend(rule.backend).check(query)
+                record = get_backend(rule.backend)
+                sup = record.check(query)
+                if sup and record.faults:
+                    sup = Support(False, f"known to fault on legal input, so no policy picks it: {record.faults}")
             except ValueError as exc:  # rule names a backend that is not registered
                 sup = Support(False, str(exc))
             if sup:

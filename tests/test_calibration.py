@@ -424,11 +424,37 @@ def test_calibrate_times_stock_vllms_own_kernel_alone_and_checks_it_after_vllms_
         assert ran[-1] == "cooperative_topk"
 
 
-def test_for_the_route_vllms_backends_cost_what_stock_does_where_the_route_makes_stocks_call():
+def _without_fault(monkeypatch, name):
+    import dataclasses
+
+    from dsa_ops.backends import BACKENDS
+
+    monkeypatch.setitem(BACKENDS, name, dataclasses.replace(BACKENDS[name], faults="", _cache={}))
+
+
+def test_a_backend_with_a_known_fault_is_never_chosen_even_where_fastest():
+    """vllm_cooperative's record names a fault on legal input: the band builder drops it (the
+    regret table still compares with it), so the next fastest serves every band."""
+    import dsa_ops
+
+    assert dsa_ops.backends()["vllm_cooperative"].faults
+    ms = []
+    for r in (8, 64, 128):
+        for L in (4096, 131072):
+            ms += [M("decode", "cuda", r, L, 133120, 11.0), M("decode", "vllm_cooperative", r, L, 133120, 5.0),
+                   M("decode", "vllm_persistent", r, L, 133120, 12.0)]
+    pol = R.build_row_policy(ms, "cuda", "sm_90", {"device": "x"}, k=2048)
+    assert "vllm_cooperative" not in pol.backends_named()
+    assert [r.backend for r in pol.decode if r.why.startswith("calibrated on")] == ["cuda"]
+
+
+def test_for_the_route_vllms_backends_cost_what_stock_does_where_the_route_makes_stocks_call(monkeypatch):
     """The route calls vLLM's kernel as stock does where the policy picks vllm_cooperative (up to 64
     rows: cooperative_topk; above: persistent_topk, which vllm_persistent's pick runs too). Here the
     adapters are 3 us slower than stock and cuda 1 us: on the measured costs cuda wins everywhere,
-    on the route's costs vLLM's backends win, and the regret table shows them at stock's time."""
+    on the route's costs vLLM's backends win, and the regret table shows them at stock's time.
+    (The cooperative record here has no known fault: the mechanism, for a fixed kernel.)"""
+    _without_fault(monkeypatch, "vllm_cooperative")
     ms = []
     for r in (8, 64, 128):
         for L in (4096, 131072):

@@ -168,3 +168,21 @@ def test_use_refuses_what_is_not_a_policy(bad, match, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ArgumentError, match=match):
         P.use(bad)
+
+
+def test_no_policy_picks_a_backend_with_a_known_fault(monkeypatch):
+    """vllm_cooperative (available and supporting the call here) names a fault of vLLM's kernel on
+    legal input: the policy skips it, says why, and an explicit backend= is still the caller's."""
+    import dataclasses
+
+    from dsa_ops.backends import BACKENDS
+    from dsa_ops.backends.base import YES
+
+    rec = BACKENDS["vllm_cooperative"]
+    assert "illegal memory access" in rec.faults
+    monkeypatch.setitem(BACKENDS, "vllm_cooperative", dataclasses.replace(
+        rec, available=lambda: YES, supports=lambda q: YES, _cache={}))
+    pol = P.Policy(decode=(P.Rule("vllm_cooperative"), P.Rule("torch_topk")), prefill=(P.Rule("reference"),))
+    got = pol.choose("decode", P.Facts("cuda", "sm_90", "cuda", 2048, width=133120, rows=9))
+    assert got.backend == "torch_topk"
+    assert any("known to fault on legal input, so no policy picks it" in s for s in got.skipped)

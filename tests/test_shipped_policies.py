@@ -20,7 +20,8 @@ ROWS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 
 def _write_calibration(path, platform="cuda", arch="sm_90", backends=("cuda", "triton", "vllm_cooperative",
                                                                      "vllm_persistent")):
-    """A calibrate .measurements.jsonl: vllm_cooperative fastest up to 64 rows, cuda above, triton never."""
+    """A calibrate .measurements.jsonl: vllm_cooperative fastest up to 64 rows (but it has a known
+    fault, so no policy may pick it), cuda above, triton never."""
     lines = [{"meta": {"device": "NVIDIA H100 80GB HBM3", "platform": platform, "arch": arch, "torch": "2.11",
                        "triton": "3.6", "date": "2026-12-08", "k": 2048}}]
     for w in (133120, 1048576):
@@ -72,9 +73,11 @@ def test_ship_policies_builds_both_from_one_calibration(tmp_path, capsys):
     assert with_vllm.name == "hopper-vllm" and without.name == "hopper"
     f = lambda rows: P.Facts("cuda", "sm_90", "cuda", 2048, 1, 133120, rows=rows)  # noqa: E731
     first = lambda pol, rows: next(r.backend for r in pol.decode if r.matches(f(rows)))  # noqa: E731
-    assert [first(with_vllm, r) for r in (1, 64, 65, 512)] == ["vllm_cooperative", "vllm_cooperative", "cuda", "cuda"]
+    # vllm_cooperative is the fastest up to 64 rows, but its known fault keeps it out: cuda next
+    assert [first(with_vllm, r) for r in (1, 64, 65, 512)] == ["cuda"] * 4
     assert [first(with_vllm, r) for r in (64, 65) for f in [lambda rows, w=1048576: P.Facts(
-        "cuda", "sm_90", "cuda", 2048, 1, w, rows=rows)]] == ["vllm_cooperative", "cuda"]
+        "cuda", "sm_90", "cuda", 2048, 1, w, rows=rows)]] == ["cuda", "cuda"]
+    assert "vllm_cooperative" not in with_vllm.backends_named()
     assert [first(without, r) for r in (1, 64, 65, 512)] == ["cuda"] * 4
     calibrated = [r for r in without.decode if r.arch == "sm_90" and r.why.startswith("calibrated on")]
     assert calibrated and not any(r.backend.startswith("vllm") for r in calibrated)

@@ -137,7 +137,7 @@ def test_the_routed_side_is_the_routes_call_so_picking_vllms_kernel_costs_stocks
     from passes import vllm_route
 
     monkeypatch.setitem(BACKENDS, "vllm_cooperative", dataclasses.replace(
-        BACKENDS["vllm_cooperative"], available=lambda: YES, supports=lambda q: YES, _cache={}))
+        BACKENDS["vllm_cooperative"], available=lambda: YES, supports=lambda q: YES, faults="", _cache={}))
     monkeypatch.setattr(vllm_route, "VLLM_CALL_DEVICES", ("cpu",))
     monkeypatch.setattr(vllm_route, "_vllm_call", {})
     pols = {"vc": P.Policy(decode=(P.Rule("vllm_cooperative"),), prefill=(P.Rule("reference"),))}

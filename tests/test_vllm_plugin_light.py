@@ -172,7 +172,7 @@ def _vllm_cooperative_here(monkeypatch):
     from dsa_ops.backends.base import YES
 
     monkeypatch.setitem(BACKENDS, "vllm_cooperative", dataclasses.replace(
-        BACKENDS["vllm_cooperative"], available=lambda: YES, supports=lambda q: YES, _cache={}))
+        BACKENDS["vllm_cooperative"], available=lambda: YES, supports=lambda q: YES, faults="", _cache={}))
     monkeypatch.setattr(vllm_route, "VLLM_CALL_DEVICES", ("cpu",))
     monkeypatch.setattr(vllm_route, "_vllm_call", {})
 

@@ -49,7 +49,13 @@ They are decode-only: there is no window start, so no prefill. Adapters (contrac
   +-inf, denormals) they rank some keys off the contract's order (§1.1): persistent at 64
   and 80 rows (its FilteredTopK / sampled paths; exact at 1 row), cooperative at 1, 64
   and 80 rows.
-  vLLM's own caller (``candidate_topk.py``) warns that cooperative may leave slots
+* **Faults on legal input** (:data:`FAULT`): rows of -inf holding fewer than k finite keys
+  and thousands of sign-set NaNs end the process with an illegal memory access inside
+  vLLM's kernel (the raw op does it too; a larger workspace does not help). The record's
+  ``faults`` says so, so no policy picks this backend; ``backend="vllm_cooperative"``
+  still runs it for whoever asks by name. ``vllm_persistent`` and ``vllm`` are safe on the
+  same rows.
+* vLLM's own caller (``candidate_topk.py``) warns that cooperative may leave slots
   unwritten when a boundary bin overflows its tie buffer; we never saw it, but still fill
   ``out`` with -1 first, so such a slot would read -1, never stale data.
 
@@ -84,6 +90,14 @@ _TMA_ALIGN_BYTES = 16
 _EXTENSIONS = vllm_intree._EXTENSIONS  # the same compiled extensions
 
 _WORKSPACES: dict[tuple[str, int], Tensor] = {}
+
+
+# Measured on an H100 with vLLM 0.33.0's ops built from source (lab/vllm_coop_fault.py,
+# docs/vllm-kernels.md "A fault on legal input"): the raw op faults, so no adapter can avoid it.
+FAULT = ("vLLM 0.33.0's cooperative_topk ends the process with an illegal memory access (an out-of-bounds "
+         "shared-memory write in its overflow recovery, found by compute-sanitizer) on rows of -inf that hold fewer "
+         "than k finite keys and thousands of sign-set NaNs (measured on an H100 at 1-9 rows, L 16K-128K); "
+         "the raw op faults too, so dsa-ops cannot make the call safe")
 
 
 def _op(name: str):
@@ -233,6 +247,7 @@ COOPERATIVE = Backend(
     version=_version,
     description="vLLM torch.ops._C.cooperative_topk (CUDA SM90+, decode, <= 64 rows else persistent)",
     exact=False,  # special values off the key order (module docstring; measured)
+    faults=FAULT,
 )
 
 BACKENDS = (PERSISTENT, COOPERATIVE)
