@@ -5,7 +5,7 @@ on synthetic timings and is deterministic: the same timings always give the same
 
 Decode graphs cannot see the live length, but they do see the row count (a captured graph
 is captured for one batch size): ``dsa_ops.calibration_rows`` decides per (width, row count)
-from a context mix, which is what ``dsa-ops calibrate`` writes (issue 46). Here: the
+from a context mix, which is what ``dsa-ops calibrate`` writes. Here: the
 measurements, the prefill threshold, and :func:`build_policy`, the earlier width-only method (per width, the least geometric-mean slowdown over all rows and
 lengths), kept because the stored H200 policies were made with it and must stay
 reproducible from their measurements. Prefill has one threshold on ``max_seqlen_k``: the

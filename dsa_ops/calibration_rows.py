@@ -1,4 +1,4 @@
-"""Row-banded decode rules from timings (issue 46): what ``dsa-ops calibrate`` writes.
+"""Row-banded decode rules from timings: what ``dsa-ops calibrate`` writes.
 
 A captured decode graph sees its row count but not the live lengths, so per (width, row count)
 the backend with the least expected time over a context mix (weights on the measured lengths

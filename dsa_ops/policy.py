@@ -221,7 +221,7 @@ _DEFAULT_PREFILL = (
 )
 DEFAULT = Policy(decode=_DEFAULT_DECODE, prefill=_DEFAULT_PREFILL)
 
-# Shipped calibrated policies (issue 46), chosen by :func:`default_choice`: on Hopper, the one
+# Shipped calibrated policies, chosen by :func:`default_choice`: on Hopper, the one
 # calibrated with vLLM's kernels among the candidates where those kernels load (the vLLM
 # route's case: never slower than stock vLLM), else the one calibrated without them. Built by
 # ``python -m lab.ship_policies`` from one ``dsa-ops calibrate`` run on an H100.

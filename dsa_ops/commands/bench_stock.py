@@ -1,5 +1,5 @@
 """``dsa-ops bench --stock``: the routed dsa-ops decode call against what stock vLLM 0.33.0 runs
-for the same call (issue 46: a user who turns the route on must never get a slower top-k).
+for the same call (a user who turns the route on must never get a slower top-k).
 
 Stock vLLM's CUDA indexer resolves its ``auto`` top-k backend per call
 (``vllm/model_executor/layers/indexer_topk.py``, ``SparseIndexerTopk._resolve_auto``), as

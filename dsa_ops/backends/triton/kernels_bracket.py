@@ -51,7 +51,7 @@ def _slots(ctr, m, wz, WAGG: tl.constexpr):
     """A slot per key where ``m`` (any order; other lanes' values are arbitrary) from the
     counter ``ctr``. WAGG (CUDA, 4k keys a thread, no replicated layout, every lane of a warp
     here): one atomic per warp and four keys a thread (``_WARP_SLOTS_PTX``); the counter
-    gets an L2 request per warp instead of one per key (run 31's profile: 23.7M atomic
+    gets an L2 request per warp instead of one per key (a profile counted 23.7M atomic
     requests for 23.7M window keys), where the program-uniform ``wz`` holds. Else one relaxed
     atomic per key."""
     if WAGG:
@@ -242,12 +242,12 @@ def _lane_pass(row, lo, hi, t_hi, s_base, sh, dk, lcap, whist, BLOCK: tl.constex
     test: the loads read the logits' bits, a masked load past the window gives -1 (a NaN
     whose order key, INT_MAX, is the worst there is) and the window's top is clamped below
     INT_MAX, so padding never enters the window; the next step's loads take no mask at all
-    while it is whole (run 48: 748 -> ~570 instructions a step of four blocks, the 128K
+    while it is whole (748 -> ~570 instructions a step of four blocks, the 128K
     read phase 83 -> 78 µs). Rows whose k-th key is INT_MAX then hold fewer than k window
     keys and take the exact fallback. The loads evict first: the logits are read once, and
     a read of them would otherwise push the programs' regions (stored here, read back by the
-    emit) out of L2 (run 52: the 128K read phase 78.6 -> 73.3 µs, prefill 4.78 -> 4.61 ms;
-    run 51: 3.94 -> 2.71 ms for the read alone when the regions stay in L2). Returns (window keys,
+    emit) out of L2 (the 128K read phase 78.6 -> 73.3 µs, prefill 4.78 -> 4.61 ms;
+    3.94 -> 2.71 ms for the read alone when the regions stay in L2). Returns (window keys,
     largest lane count): the region overflowed where the latter exceeds lcap."""
     R: tl.constexpr = BLOCK // LN
     STEP: tl.constexpr = LU * BLOCK  # keys a read step

@@ -78,7 +78,7 @@ NBW_MAX = tl.constexpr(2048)  # the candidate buffer starts after this many wind
 def _barrier(ctr, target):
     """Row barrier: arrive, then spin until ``target`` arrivals (cumulative per launch).
     (Acquire loads as polls, which save the final acquire atomic, measured no faster on the
-    H200: the wait is for the slowest program, not the way out; notes, run 15.)"""
+    H200: the wait is for the slowest program, not the way out.)"""
     tl.debug_barrier()  # every thread's writes of this program precede the arrival
     seen = tl.atomic_add(ctr, 1, sem="release") + 1
     while seen < target:  # poll with plain L2 loads: RMW polling would queue behind arrivals

@@ -45,30 +45,30 @@ HALF_MAX_ROW = 16384  # row mode: up to 2 slots per program per multiprocessor
 ROW_RANK_BUDGET = 1 << 21  # one program ranks up to ~1448 candidates (~8K compares a thread)
 ROW_PROGRAMS_PER_SM = 1  # one wave of persistent programs (the bracket buffers make slots large)
 # row mode (CUDA): no program waits on another, so registers are traded for programs: 8 four-warp
-# programs a multiprocessor at 64 registers instead of 4 at 128 (probe runs 29-30: 80 x 6 took C = 128K from
-# 6.75 to 6.30 ms; run 32, with the warp-aggregated slots and packed stores: 64 x 8 was the fastest at every C,
+# programs a multiprocessor at 64 registers instead of 4 at 128 (80 x 6 took C = 128K from
+# 6.75 to 6.30 ms; with the warp-aggregated slots and packed stores: 64 x 8 was the fastest at every C,
 # 1.08 / 1.78 / 3.13 / 5.71 ms against 1.12 / 1.99 / 3.61 / 6.66 at 80 x 6; 1056 slots on an H200, docs/design.md)
 ROW_MAXNREG, ROW_PER_SM = 64, 8
 # lane regions (``kernels_bracket._lane_pass``: slots counted in registers, no slot atomics) in row
-# mode, measured on the H200 (probe runs 36-37): a row's read is 17-46 % shorter, but its emit
+# mode, measured on the H200: a row's read is 17-46 % shorter, but its emit
 # reads the lanes' holes too, so a multiprocessor full of programs gains only on wide rows.
 # Rows of one program each (rows <= row-mode slots, e.g. 512 decode rows at 128K: 337 -> 230 us)
 # always take them; more rows (a prefill chunk), from LANES_WIDE columns, with LANE_ROW_SHAPE
 # (registers, programs a multiprocessor), LANE_ROW_STEP blocks a read step and the bins counted
-# after the read. Run 41's profile: the lane read waits on its loads (long scoreboard, 62-76 % of
+# after the read. A profile: the lane read waits on its loads (long scoreboard, 62-76 % of
 # its stall samples) with one 4 KB block in flight a program, so wide rows read four blocks a step
-# at 128 registers (runs 41-42, C = 128K: 5.42 -> 4.88 ms, the read phase 181 -> 83 us a row;
-# C = 32K loses, 1.83 -> 2.13, and 64K tied then). Since the lane loads evict first (run 52) the
-# programs' regions stay in L2 and 64K gains too (runs 54-55: 3.07 -> 2.85 ms); 32K still loses
+# at 128 registers (C = 128K: 5.42 -> 4.88 ms, the read phase 181 -> 83 us a row;
+# C = 32K loses, 1.83 -> 2.13, and 64K tied then). Since the lane loads evict first the
+# programs' regions stay in L2 and 64K gains too (3.07 -> 2.85 ms); 32K still loses
 # (1.80 -> 2.06), so chunks under 64K columns keep the warp-aggregated slots
 LANES_WIDE = 65536
 LANE_ROW_SHAPE = (128, 4)
 LANE_ROW_STEP = 4
 SAMP = 256  # bracket: strided samples of the row that place the window of the k-th key (split mode)
-SAMP_ROW = 512  # row mode (prefill): a narrower window pays for the longer sort (run 24: 7.09 -> 6.68 ms at C = 128K)
-PF_ROW = 1  # row mode: blocks of loads in flight in the bracket's read (2 measured slower: run 25, 6.7 -> 8.1 ms)
+SAMP_ROW = 512  # row mode (prefill): a narrower window pays for the longer sort (7.09 -> 6.68 ms at C = 128K)
+PF_ROW = 1  # row mode: blocks of loads in flight in the bracket's read (2 measured slower: 6.7 -> 8.1 ms)
 NBW = 2048  # bracket: bins over the window at most (256 per warp: more spill registers)
-# split mode, (rows below, bracket from live length L; 0: never), from the v4 sweep (run 21): one
+# split mode, (rows below, bracket from live length L; 0: never), from a sweep on the H200: one
 # row gains 1-3 us from 8K on; 2-15 rows lose up to 5 us at every length; 16 rows gain from
 # 128K (tie at 64K), 32 and 64 rows from 32K (64 x 128K: 109 -> 65 us)
 SPLIT_BRACKET_FROM = ((2, 1 << 13), (16, 0), (32, 98304), (1 << 30, 1 << 15))
@@ -170,8 +170,8 @@ def plan(rows: int, width: int, device: torch.device, slices: int | None = None,
 
 
 def tuning(rows: int) -> dict:
-    """Launch shape by batch size (a host int, so graph-safe). Measured on the H200 (kernel
-    notes v3 run 12, ``git show e8d7a9e:docs/benchmarks/triton-kernel-notes.md``): from
+    """Launch shape by batch size (a host int, so graph-safe). Measured on the H200 (the kernel
+    notes, ``lab/notes/kernel-variants.md``): from
     MANY_ROWS rows up, 4-warp programs of 1024-column blocks, 4 per multiprocessor, give each row twice the programs
     (16 x 128K: 43.6 -> 39.7 us, 64 x 128K: 125.7 -> 110.4 us) and cost nothing at 4K; one
     row at 128K is faster with 8-warp programs (23.8 vs 27.6 us)."""
