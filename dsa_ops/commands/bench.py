@@ -74,8 +74,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="decode only: stock vLLM 0.33.0's own top-k choice for each call (needs vLLM's ops) next to "
                    "the routed dsa_ops.topk_decode call, routed / stock in bench.md (dsa_ops/commands/bench_stock.py)")
     p.add_argument("--policy", default="",
-                   help="with --stock: comma list of policy JSON files to route with, or 'default' (default: "
-                   "$DSA_OPS_POLICY or the default policy)")
+                   help="with --stock: comma list of policy JSON files to route with, 'default' (this host's "
+                   "default policy) or 'builtin' (the built-in rules) (default: $DSA_OPS_POLICY or this host's "
+                   "default)")
     bench_e2e.add_arguments(p)
 
 

@@ -7,6 +7,7 @@ uuid."""
 from __future__ import annotations
 
 import argparse
+import os
 
 import torch
 
@@ -20,7 +21,8 @@ HELP = "show which backend each compiled top-k node gets, the prefill guards and
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--policy", help="policy JSON file (default: $DSA_OPS_POLICY or the built-in policy)")
+    p.add_argument("--policy", help="policy JSON file (default: $DSA_OPS_POLICY, else this host's default: a shipped "
+                   "Hopper policy or the built-in rules)")
     p.add_argument("--device", default="cpu", help="torch device (default: cpu)")
     p.add_argument("--width", type=int, default=8192, help="decode logits width W (default: 8192)")
     p.add_argument("--layers", type=int, default=2, help="indexer layers (default: 2)")
@@ -33,10 +35,6 @@ BY_ROWS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)  # the row counts the decode-b
 
 def policy_source(path: str | None) -> str:
     """Where the policy in force comes from, and why (the default's choice says which and why)."""
-    import os
-
-    from dsa_ops import policy as P
-
     if path:
         return f"--policy {path}"
     if os.environ.get(P.ENV_VAR):
@@ -47,8 +45,6 @@ def policy_source(path: str | None) -> str:
 def by_rows(pol, device: str, k: int, width: int) -> list[tuple[str, str, str]]:
     """(rows, backend, reason) over the row counts in BY_ROWS (neighbours with the same choice
     merged: "1..16") and for an unbounded symbolic row count."""
-    from dsa_ops import policy as P
-
     out: list[list] = []
     for r in BY_ROWS:
         choice = pol.choose("decode", P.facts_for(device, k, 1, width, rows=r))
