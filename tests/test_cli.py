@@ -90,7 +90,7 @@ BAD = [
     (["explain", "--layers", "0"], "--layers: expected an int >= 1, got 0"),
     (["explain", "--width", "-5"], "--width: expected an int >= 1, got -5"),
     (["explain", "--device", "meta"], "--device: expected cpu or cuda[:N], got 'meta'"),
-    (["explain", "--policy", "/nonexistent/p.json"], "policy: cannot read '/nonexistent/p.json'"),
+    (["explain", "--policy", "/nonexistent/p.json"], "--policy: cannot read '/nonexistent/p.json'"),
     # bench / calibrate check their values before they look for a GPU (on one they used to end in
     # a KeyError or ValueError traceback)
     (["bench", "--backends", "nope"], "--backends: no backend named 'nope'; registered:"),
@@ -108,12 +108,12 @@ BAD = [
     (["bench", "--e2e", "--e2e-contexts", ""], "--e2e-contexts: expected a comma list of ints >= 1, got ''"),
     (["bench", "--out", "README.md"], "--out: 'README.md' exists and is not a folder"),
     (["calibrate", "--out", "/nonexistent/p.json"], "--out: the folder '/nonexistent' does not exist"),
-    (["calibrate", "--context-mix", "4096:0.5,x"], "--context-mix: context mix: expected L:weight items"),
+    (["calibrate", "--context-mix", "4096:0.5,x"], "--context-mix: expected L:weight items"),
     (["calibrate", "--rows", "0"], "--rows: expected a comma list of ints >= 1, got '0'"),
     (["calibrate", "--from-measurements", "/nonexistent/c.json"], "--from-measurements: cannot read"),
     (["calibrate", "--from-measurements", "README.md"], "--from-measurements: 'README.md' holds no calibrate"),
     (["bench", "--policy", "p.json"], "--policy: only --stock routes by a policy"),
-    (["bench", "--stock", "--policy", "/nonexistent/p.json"], "policy: cannot read '/nonexistent/p.json'"),
+    (["bench", "--stock", "--policy", "/nonexistent/p.json"], "--policy: cannot read '/nonexistent/p.json'"),
     (["calibrate", "--out", "p.md"], "--report: 'p.md' is also --out"),
     (["calibrate", "--out", "p.json", "--report", "/nonexistent/r.md"], "--report: the folder '/nonexistent' does not"),
     (["demo", "--compile-backend", "tvm"], "--compile-backend tvm: needs the 'tvm' package"),
@@ -133,6 +133,29 @@ def test_bad_values_are_one_line_and_exit_2(argv, message, capsys, monkeypatch):
     lines = cap.err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"dsa-ops {argv[0]}: ") and message in lines[0], cap.err
     assert "Traceback" not in cap.err + cap.out
+
+
+BAD_ROW_BANDS = [
+    ({"min_rows": 5, "max_rows": 5}, "decode[0].max_rows: expected more than min_rows (5), got 5 (an empty band)"),
+    ({"min_rows": -1}, "decode[0].min_rows: expected a non-negative int or null, got -1"),
+    ({"max_rows": "64"}, "decode[0].max_rows: expected a non-negative int or null, got '64'"),
+    ({"min_rows": None}, "decode[0].min_rows: expected a non-negative int, got null"),
+    ({"max_rows": True}, "decode[0].max_rows: expected a non-negative int or null, got True"),
+]
+
+
+@pytest.mark.parametrize("command", [["explain"], ["bench", "--stock"]])
+@pytest.mark.parametrize("band, message", BAD_ROW_BANDS, ids=[str(b) for b, _ in BAD_ROW_BANDS])
+def test_bad_row_band_in_a_policy_file_names_the_option_and_field(band, message, command, tmp_path, capsys):
+    """A --policy file with a bad min_rows / max_rows: one line naming --policy, the file and
+    the field, exit 2, before anything is compiled or timed."""
+    import json
+
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps({"decode": [{"backend": "cuda", **band}]}))
+    assert cli.main([*command, "--policy", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"dsa-ops {command[0]}: --policy: policy ({path}): {message}", err
 
 
 def test_bad_policy_file_from_the_environment(tmp_path, monkeypatch, capsys):

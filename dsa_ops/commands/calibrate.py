@@ -103,7 +103,9 @@ def mix_of(args: argparse.Namespace) -> Optional[dict[int, float]]:
     try:
         return parse_context_mix(args.context_mix)
     except ValueError as exc:
-        raise checks.UsageError(f"--context-mix: {exc}") from None
+        msg = str(exc)
+        raise checks.UsageError("--context-mix: " + (msg[len("context mix: "):] if msg.startswith("context mix: ")
+                                                     else msg)) from None
 
 
 def stock_guard(value: str) -> Optional[float]:

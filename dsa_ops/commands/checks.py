@@ -103,11 +103,14 @@ def output_dir(option: str, path: str) -> str:
 
 
 def policy(path: str | None):
-    """``--policy`` (or ``$DSA_OPS_POLICY`` when None): the loaded policy; a bad file names itself."""
+    """``--policy`` (or ``$DSA_OPS_POLICY`` when None): the loaded policy; the message of a bad
+    file names the option (or the variable) and the file."""
     try:
         return P.load(path) if path else P.current()
     except ValueError as exc:
-        raise UsageError(str(exc) if path else f"${P.ENV_VAR}: {exc}") from None
+        msg = str(exc)
+        msg = msg[len("policy: "):] if msg.startswith("policy: ") else msg  # "policy: cannot read ..."
+        raise UsageError(f"--policy: {msg}" if path else f"${P.ENV_VAR}: {msg}") from None
 
 
 def int_list(option: str, value: str, low: int = 1, extra: tuple[str, ...] = (), empty: bool = True) -> list:
