@@ -115,6 +115,12 @@ BAD = [
     (["bench", "--policy", "p.json"], "--policy: only --stock routes by a policy"),
     (["bench", "--stock", "--policy", "/nonexistent/p.json"], "--policy: cannot read '/nonexistent/p.json'"),
     (["calibrate", "--out", "p.md"], "--report: 'p.md' is also --out"),
+    # a rebuild names what the stored run lacks, and a faulting backend alone is no candidate set
+    (["calibrate", "--from-measurements", "docs/benchmarks/h100-cal.json", "--backends", "reference"],
+     "--backends: reference not measured in 'docs/benchmarks/h100-cal.json' (measured: cuda,"),
+    (["calibrate", "--from-measurements", "docs/benchmarks/h100-cal.json", "--context-mix", "4096:0.5,1234:0.5"],
+     "--context-mix: L = [1234] not measured in 'docs/benchmarks/h100-cal.json' (measured L: [4096, 32768, 131072])"),
+    (["calibrate", "--backends", "vllm_cooperative"], "--backends: vllm_cooperative has a known fault on legal input"),
     (["calibrate", "--out", "p.json", "--report", "/nonexistent/r.md"], "--report: the folder '/nonexistent' does not"),
     (["demo", "--compile-backend", "tvm"], "--compile-backend tvm: needs the 'tvm' package"),
 ]

@@ -17,6 +17,8 @@ from typing import Callable, Optional
 
 import torch
 
+import dsa_ops
+
 HELP = "measure backends on this GPU and write a calibrated policy JSON (row and width bands)"
 
 # Decode grid: every batch size a serving step captures up to 512, two widths (DeepSeek-V3.2's
@@ -358,6 +360,10 @@ def run(args: argparse.Namespace) -> int:
     mix = mix_of(args)
     tol = stock_guard(args.stock_guard)
     grid(args)  # the lists are checked before any work
+    faulty = [n for n in wanted if dsa_ops.backends.get(n).faults]
+    if wanted and len(faulty) == len(wanted):
+        raise checks.UsageError(f"--backends: {', '.join(faulty)} {'has' if len(faulty) == 1 else 'have'} a known "
+                                f"fault on legal input, so calibration never chooses it; name another backend too")
     args.report = report_path(args.out, args.report)
     from dsa_ops import policy as P
     from dsa_ops.backends.base import module_version
@@ -365,9 +371,19 @@ def run(args: argparse.Namespace) -> int:
 
     if args.from_measurements:
         ms, meta = load_measurements(args.from_measurements)
-        if wanted:
-            from dsa_ops.calibration_rows import STOCK
+        from dsa_ops.calibration_rows import STOCK
 
+        measured = sorted({m.backend for m in ms} - {STOCK})
+        unmeasured = [n for n in wanted if n not in measured]
+        if unmeasured:
+            raise checks.UsageError(f"--backends: {', '.join(unmeasured)} not measured in {args.from_measurements!r} "
+                                    f"(measured: {', '.join(measured)})")
+        lengths = sorted({m.length for m in ms if m.family == "decode"})
+        if mix and set(mix) - set(lengths):
+            raise checks.UsageError(f"--context-mix: L = {sorted(set(mix) - set(lengths))} not measured in "
+                                    f"{args.from_measurements!r} (measured L: {lengths}); a rebuilt mix may only "
+                                    f"name measured lengths")
+        if wanted:
             ms = [m for m in ms if m.backend in wanted or m.backend == STOCK]
         meta = {k: v for k, v in meta.items() if k in ("device", "platform", "arch", "torch", "triton", "date", "k")}
         if "platform" not in meta or "arch" not in meta:
