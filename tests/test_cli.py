@@ -113,6 +113,8 @@ BAD = [
     (["calibrate", "--from-measurements", "/nonexistent/c.json"], "--from-measurements: cannot read"),
     (["calibrate", "--from-measurements", "README.md"], "--from-measurements: 'README.md' holds no calibrate"),
     (["bench", "--policy", "p.json"], "--policy: only --stock routes by a policy"),
+    (["bench", "--stock", "--e2e"], "--stock and --e2e: two different benches"),
+    (["bench", "--stock", "--backends", "cuda"], "--backends: --stock times stock vLLM's choice"),
     (["bench", "--stock", "--policy", "/nonexistent/p.json"], "--policy: cannot read '/nonexistent/p.json'"),
     (["calibrate", "--out", "p.md"], "--report: 'p.md' is also --out"),
     # a rebuild names what the stored run lacks, and a faulting backend alone is no candidate set

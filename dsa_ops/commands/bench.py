@@ -316,6 +316,11 @@ def check_args(args: argparse.Namespace) -> None:
     if args.stock:
         from dsa_ops.commands import bench_stock
 
+        if args.e2e:
+            raise checks.UsageError("--stock and --e2e: two different benches; run them one at a time")
+        if args.backends:
+            raise checks.UsageError("--backends: --stock times stock vLLM's choice against the routed call under "
+                                    "--policy, not named backends; name the policies with --policy")
         bench_stock.policies(args.policy)  # a bad file fails now, not after the timing
     elif args.policy:
         raise checks.UsageError("--policy: only --stock routes by a policy (the plain bench names each backend)")
