@@ -13,8 +13,8 @@ import torch
 import dsa_ops
 from dsa_ops.backends import vllm_intree, vllm_radix
 
-AUTO_COOPERATIVE_MAX_ROWS = 64  # vLLM's cooperative_topk row limit for "auto"
-RADIX_K = (512, 1024, 2048)  # the k the radix kernels take
+AUTO_COOPERATIVE_MAX_ROWS = vllm_radix.COOPERATIVE_MAX_ROWS  # vLLM's cooperative_topk row limit for "auto"
+RADIX_K = vllm_radix.KS  # the k the radix kernels take
 KERNELS = {"cooperative": "cooperative_topk", "persistent": "persistent_topk", "per_row": "top_k_per_row_decode"}
 
 

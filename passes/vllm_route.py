@@ -49,6 +49,7 @@ import torch
 from torch import Tensor
 
 import dsa_ops
+from dsa_ops.backends import vllm_radix
 
 ENV_VAR = "DSA_OPS_VLLM_ROUTE"
 TESTED_VLLM = ("0.33.0",)
@@ -85,7 +86,7 @@ calls = {"decode": 0, "prefill": 0, "vllm_call": 0}  # routed calls in this proc
 
 # The policy's vLLM backends whose kernel the CUDA decode route calls the way stock vLLM does.
 VLLM_CALLS = {"vllm_cooperative": "cooperative_topk", "vllm_persistent": "persistent_topk"}
-COOPERATIVE_MAX_ROWS = 64  # as stock vLLM and the vllm_cooperative adapter: more rows run persistent_topk
+COOPERATIVE_MAX_ROWS = vllm_radix.COOPERATIVE_MAX_ROWS  # as stock vLLM and the vllm_cooperative adapter: more rows run persistent_topk
 VLLM_CALL_DEVICES = ("cuda",)  # where vLLM's radix kernels run (tests widen it to "cpu" with stand-in kernels)
 _vllm_call: dict[tuple, Optional[str]] = {}
 
@@ -131,8 +132,6 @@ def route_decode(logits: Tensor, seq_lens: Tensor, next_n: int, out: Tensor, k: 
     if max_seq_len is not None and n == rows and seq_lens.dtype == torch.int32:
         kernel = vllm_kernel(logits, k, dsa_ops.policy.current())
         if kernel is not None:
-            from dsa_ops.backends import vllm_radix
-
             ops = getattr(torch.ops, vllm_radix.NAMESPACE)
             getattr(ops, kernel)(logits, seq_lens, out, vllm_radix.workspace(logits.device), k, int(max_seq_len))
             calls["decode"] += 1

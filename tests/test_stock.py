@@ -1,10 +1,11 @@
-"""Stock vLLM 0.33.0's own decode top-k choice (dsa_ops/commands/bench_stock.py), on synthetic
+"""Stock vLLM 0.33.0's own decode top-k choice (dsa_ops/stock.py) and bench --stock, on synthetic
 host facts: the baseline ``dsa-ops bench --stock`` times the routed call against."""
 
 from __future__ import annotations
 
 import pytest
 
+from dsa_ops import stock
 from dsa_ops.commands import bench_stock as S
 
 H100 = (9, 0)
@@ -13,22 +14,22 @@ H100 = (9, 0)
 @pytest.mark.parametrize("rows, want", [(1, "cooperative"), (32, "cooperative"), (64, "cooperative"),
                                         (65, "persistent"), (128, "persistent"), (512, "persistent")])
 def test_hopper_takes_cooperative_up_to_64_rows_then_persistent(rows, want):
-    assert S.stock_choice("decode", "cuda", H100, 2048, rows, 133120) == want
+    assert stock.stock_choice("decode", "cuda", H100, 2048, rows, 133120) == want
 
 
 @pytest.mark.parametrize("cap, want", [((8, 0), "persistent"), ((8, 9), "persistent"), ((9, 0), "cooperative"),
                                        ((10, 0), "cooperative"), ((12, 0), "persistent"), ((12, 1), "persistent"),
                                        (None, "persistent")])
 def test_cooperative_needs_sm90_or_newer_but_not_sm12x(cap, want):
-    assert S.stock_choice("decode", "cuda", cap, 2048, 8, 133120) == want
+    assert stock.stock_choice("decode", "cuda", cap, 2048, 8, 133120) == want
 
 
 def test_other_k_pitch_platform_and_prefill():
-    assert S.stock_choice("decode", "cuda", H100, 1024, 8, 133120) == "cooperative"
-    assert S.stock_choice("decode", "cuda", H100, 4096, 8, 133120) == "per_row"  # no radix kernel for k 4096
-    assert S.stock_choice("decode", "cuda", H100, 2048, 8, 133121) == "persistent"  # pitch not a multiple of 4
-    assert S.stock_choice("decode", "rocm", H100, 2048, 8, 133120) == "per_row"
-    assert S.stock_choice("prefill", "cuda", H100, 2048, 8, 133120) == "per_row"
+    assert stock.stock_choice("decode", "cuda", H100, 1024, 8, 133120) == "cooperative"
+    assert stock.stock_choice("decode", "cuda", H100, 4096, 8, 133120) == "per_row"  # no radix kernel for k 4096
+    assert stock.stock_choice("decode", "cuda", H100, 2048, 8, 133121) == "persistent"  # pitch not a multiple of 4
+    assert stock.stock_choice("decode", "rocm", H100, 2048, 8, 133120) == "per_row"
+    assert stock.stock_choice("prefill", "cuda", H100, 2048, 8, 133120) == "per_row"
 
 
 def test_stock_table_counts_where_routed_is_within_a_microsecond():
@@ -94,10 +95,10 @@ def test_the_stock_call_fills_before_the_kernel(fake_vllm_ops):
     x = torch.randn(3, 100)
     lens = torch.tensor([10, 100, 0], dtype=torch.int32)
     out = torch.full((3, 64), 7, dtype=torch.int32)
-    S.stock_call("per_row", x, lens, 64, out, 100)()
+    stock.stock_call("per_row", x, lens, 64, out, 100)()
     assert (out[0, 10:] == -1).all() and (out[2] == -1).all()
     with pytest.raises(ValueError, match="choice: expected one of"):
-        S.stock_call("deep_select", x, lens, 64, out, 100)
+        stock.stock_call("deep_select", x, lens, 64, out, 100)
 
 
 def test_run_writes_the_side_by_side_table(tmp_path, monkeypatch, capsys):

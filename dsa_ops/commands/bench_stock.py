@@ -31,7 +31,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from dsa_ops.stock import AUTO_COOPERATIVE_MAX_ROWS, KERNELS, RADIX_K, available, stock_call, stock_choice  # noqa: F401
+from dsa_ops.stock import KERNELS, available, stock_call, stock_choice
 
 TOLERANCE_US = 1.0  # the target: routed <= stock + 1 us
 

@@ -18,6 +18,7 @@ from typing import Callable, Optional
 import torch
 
 import dsa_ops
+from dsa_ops import stock
 
 HELP = "measure backends on this GPU and write a calibrated policy JSON (row and width bands)"
 
@@ -61,7 +62,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _candidates(names: str | None, k: int, width: int) -> list[str]:
-    import dsa_ops
     from dsa_ops.backends.base import Query
 
     pool = dsa_ops.backends(include_test_only=bool(names))
@@ -74,7 +74,6 @@ def _candidates(names: str | None, k: int, width: int) -> list[str]:
 def _serving(names: list[str], family: str, k: int, width: int) -> list[str]:
     """The candidates that serve this family at this width (decode-only backends such as
     vllm_persistent have no prefill op and are left out of the prefill points)."""
-    import dsa_ops
     from dsa_ops.backends.base import Query
 
     pool = dsa_ops.backends(include_test_only=True)
@@ -149,7 +148,6 @@ def measure(args: argparse.Namespace, progress: Callable[[str], None] = _log, ti
     from dsa_ops import ops
     from dsa_ops.calibration import Measurement
     from dsa_ops.calibration_rows import STOCK
-    from dsa_ops.commands import bench_stock
     from dsa_ops.testing import assert_decode_equivalent, assert_prefill_equivalent
 
     if timer is None:
@@ -163,7 +161,7 @@ def measure(args: argparse.Namespace, progress: Callable[[str], None] = _log, ti
     names = _candidates(args.backends, k, max(widths))
     jobs = [("decode", r, L, w) for w in widths for r in rows_grid for L in lengths if L <= w]
     jobs += [("prefill", PREFILL_ROWS, c, c) for c in seqlens]
-    if stock_capability is None and device == "cuda" and not bench_stock.available():
+    if stock_capability is None and device == "cuda" and not stock.available():
         stock_capability = torch.cuda.get_device_capability()
     n = sum(len(_serving(names, f, k, w)) + (f == "decode" and stock_capability is not None) for f, _, _, w in jobs)
     progress(f"calibrate: {n} timings ({len(jobs)} shapes x {names}"
@@ -196,10 +194,10 @@ def measure(args: argparse.Namespace, progress: Callable[[str], None] = _log, ti
             for name in served:
                 i += 1
                 if name == STOCK:
-                    choice = bench_stock.stock_choice("decode", "cuda", stock_capability, k, rows,
+                    choice = stock.stock_choice("decode", "cuda", stock_capability, k, rows,
                                                       int(logits.stride(0)))
-                    first = bench_stock.stock_call(choice, logits, lens, k, res, length)  # vLLM's fill, the kernel
-                    call = bench_stock.stock_call(choice, logits, lens, k, res, length, fill=False)
+                    first = stock.stock_call(choice, logits, lens, k, res, length)  # vLLM's fill, the kernel
+                    call = stock.stock_call(choice, logits, lens, k, res, length, fill=False)
                 elif family == "decode":
                     op = ops.backend_op(name, family, out=True)
                     call = first = lambda: op(logits, lens, k, 1, 1, False, res)  # noqa: E731
