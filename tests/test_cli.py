@@ -166,6 +166,23 @@ def test_bad_row_band_in_a_policy_file_names_the_option_and_field(band, message,
     assert err == f"dsa-ops {command[0]}: --policy: policy ({path}): {message}", err
 
 
+@pytest.mark.parametrize("argv, option", [(["explain", "--rows", "100000"], "--rows 100000"),
+                                          (["demo", "--batch", "100000"], "--batch 100000")])
+def test_inputs_too_big_for_the_device_are_a_usage_error(argv, option, monkeypatch, capsys):
+    """explain --rows / demo --batch x --width whose key cache cannot be allocated: one line naming
+    both options and the size, exit 2 (was the allocator's traceback)."""
+    from dsa_ops.commands import demo
+
+    def no_memory(*args, **kwargs):
+        raise RuntimeError("[enforce fail at alloc_cpu.cpp:127] DefaultCPUAllocator: can't allocate memory")
+
+    monkeypatch.setattr(demo, "random_inputs", no_memory)
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"dsa-ops {argv[0]}: {option} x --width 8192: the step's key cache (100000 x 8192 x 32 "
+                          f"fp32, 97.7 GiB) does not fit on cpu"), err
+
+
 def test_bad_policy_file_from_the_environment(tmp_path, monkeypatch, capsys):
     path = tmp_path / "p.json"
     path.write_text('{"decode": [{"backend": "nope"}]}')

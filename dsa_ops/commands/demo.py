@@ -37,11 +37,20 @@ def _lengths(batch: int, width: int, k: int, seed: int, device: str) -> torch.Te
 HIDDEN, HEADS, DIM = 64, 4, 32
 
 
-def build_step(device: str, batch: int, width: int, layers: int, k: int, seed: int):
-    """The demo's decode step and its example inputs (hidden, k_cache, lengths)."""
+def build_step(device: str, batch: int, width: int, layers: int, k: int, seed: int, rows_option: str = "batch"):
+    """The demo's decode step and its example inputs (hidden, k_cache, lengths). Inputs too big
+    for ``device`` are a :class:`checks.UsageError` naming ``--<rows_option>`` and ``--width``."""
     torch.manual_seed(seed)
     step = DecodeStep(layers, HIDDEN, HEADS, DIM, k=k).to(device).eval()
-    h, kc = random_inputs(batch, width, HIDDEN, DIM, device=device, seed=seed)
+    try:
+        h, kc = random_inputs(batch, width, HIDDEN, DIM, device=device, seed=seed)
+    except RuntimeError as exc:  # torch.OutOfMemoryError, or the CPU allocator's "can't allocate memory"
+        if not isinstance(exc, torch.OutOfMemoryError) and "allocate" not in str(exc):
+            raise
+        gib = batch * width * DIM * 4 / 2**30
+        raise checks.UsageError(f"--{rows_option} {batch} x --width {width}: the step's key cache ({batch} x {width} "
+                                f"x {DIM} fp32, {gib:.1f} GiB) does not fit on {device}; use a smaller "
+                                f"--{rows_option} or --width") from None
     return step, (h, kc, _lengths(batch, width, k, seed, device))
 
 

@@ -98,7 +98,8 @@ def run(args: argparse.Namespace) -> int:
     checks.top_k(args.k)
     pol = checks.policy(args.policy)
     checks.at_least("rows", args.rows, 1)
-    step, example = build_step(args.device, batch=args.rows, width=args.width, layers=args.layers, k=args.k, seed=0)
+    step, example = build_step(args.device, batch=args.rows, width=args.width, layers=args.layers, k=args.k, seed=0,
+                               rows_option="rows")
     print(f"policy: {pol.name} (hash {pol.content_hash()[:16]}), prefill threshold {pol.prefill_threshold}, "
           f"stable={pol.stable}")
     print(f"  from {policy_source(args.policy)}")
