@@ -249,9 +249,9 @@ def default_choice(platform: Optional[str] = None, arch: Optional[str] = None, v
         platform, arch = device_platform("cuda")
     arch = arch or ""
     if platform != "cuda" or not arch.startswith("sm_90"):
-        here = f"{platform} {arch}" if arch else "this host (no CUDA GPU is visible)"
-        return DefaultChoice(DEFAULT, f"built-in rules: no shipped policy for {here} (the shipped ones are for "
-                                      f"Hopper, sm_90)")
+        here = f"{platform} {arch}" if arch else "this host, where no CUDA GPU is visible"
+        return DefaultChoice(DEFAULT, f"built-in rules: no shipped policy for {here}; the shipped ones are for "
+                                      f"Hopper (sm_90)")
     why_vllm = ""
     if vllm is None:
         missing = [f"{n}: {a.reason}" for n in VLLM_KERNELS for a in [get_backend(n).availability()] if not a]

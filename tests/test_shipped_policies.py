@@ -39,6 +39,9 @@ def test_the_default_is_the_built_in_rules_off_hopper_and_while_nothing_is_shipp
     for platform, arch in (("cpu", ""), ("cuda", ""), ("cuda", "sm_80"), ("cuda", "sm_100"), ("rocm", "gfx950")):
         got = P.default_choice(platform, arch, vllm=True, folder=str(tmp_path))
         assert got.policy is P.DEFAULT and got.path is None and "built-in rules" in got.why
+    assert P.default_choice("cpu", "", folder=str(tmp_path)).why == (
+        "built-in rules: no shipped policy for this host, where no CUDA GPU is visible; the shipped ones are for "
+        "Hopper (sm_90)")
     got = P.default_choice("cuda", "sm_90", vllm=True, folder=str(tmp_path))
     assert got.policy is P.DEFAULT and "no measured hopper-vllm.json is shipped yet" in got.why
     assert "no measured hopper.json" in P.default_choice("cuda", "sm_90", vllm=False, folder=str(tmp_path)).why
