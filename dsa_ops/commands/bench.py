@@ -9,12 +9,16 @@ at C - 16384 + r + 1) at C = 16K / 32K / 64K / 128K, eager medians. Before a bac
 timed on a shape, its output is checked against the reference (dsa_ops.testing) on a subset
 of rows. The reference itself is timed only up to --ref-max-elems logits (it is slow).
 
-Next to each available vLLM backend the decode table gets its raw kernel (``<name>:raw``,
-and ``vllm_cooperative:raw+fill``: vLLM's op called directly, dsa_ops/commands/bench_raw.py)
+Next to each available vLLM backend the decode table gets its raw kernel (`<name>:raw`,
+and `vllm_cooperative:raw+fill`: vLLM's op called directly, dsa_ops/commands/bench_raw.py)
 and bench.md an adapter-cost table (routed minus raw); --no-raw leaves them out. Where the
 peers were timed, bench.md also gets the targets from this run's own timings: each dsa-ops
 backend against 0.8x raw cooperative_topk (decode) and against the vllm backend (prefill),
 with a count of the shapes where the target holds.
+
+Instead of the grid: --stock times, per decode shape (rows 1..512 by default), what stock
+vLLM 0.33.0 runs for the call against the routed call under each --policy; --e2e times the
+compiled 21-layer indexer decode step.
 """
 
 from __future__ import annotations
