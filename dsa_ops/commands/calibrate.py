@@ -58,7 +58,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "makes stock vLLM's own kernel call, so those cost the 'stock' column's time there")
     p.add_argument("--name", help="the policy's name (default: calibrated-<device>)")
     p.add_argument("--from-measurements", metavar="JSON",
-                   help="no GPU: rebuild from this calibrate JSON's (or .measurements.jsonl's) measurements")
+                   help="no GPU: rebuild from this calibrate JSON's (or .measurements.jsonl's) measurements "
+                   "(their grid: --rows, --widths, --lengths, --prefill-seqlens, --reps, --quick do not apply)")
 
 
 def _candidates(names: str | None, k: int, width: int) -> list[str]:
@@ -368,6 +369,13 @@ def run(args: argparse.Namespace) -> int:
     from dsa_ops.calibration_rows import build_row_policy
 
     if args.from_measurements:
+        measuring = {"rows": ",".join(map(str, DECODE_ROWS)), "widths": ",".join(map(str, DECODE_WIDTHS)),
+                     "lengths": ",".join(map(str, DECODE_LENGTHS)), "prefill_seqlens": ",".join(map(str, PREFILL_SEQLENS)),
+                     "reps": 20, "quick": False}
+        given = [name for name, default in measuring.items() if getattr(args, name) != default]
+        if given:
+            raise checks.UsageError(f"--{given[0].replace('_', '-')}: only for a measuring run; --from-measurements "
+                                    f"rebuilds from the stored grid (--backends and --context-mix choose from it)")
         ms, meta = load_measurements(args.from_measurements)
         from dsa_ops.calibration_rows import STOCK
 
