@@ -76,7 +76,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="time the reference only up to R*W elements (default: %(default)s)")
     p.add_argument("--stock", action="store_true",
                    help="decode only: stock vLLM 0.33.0's own top-k choice for each call (needs vLLM's ops) next to "
-                   "the routed dsa_ops.topk_decode call, routed / stock in bench.md (dsa_ops/commands/bench_stock.py)")
+                   "the routed call (what the vLLM route runs under --policy), routed / stock in bench.md "
+                   "(dsa_ops/commands/bench_stock.py)")
     p.add_argument("--policy", default="",
                    help="with --stock: comma list of policy JSON files to route with, 'default' (this host's "
                    "default policy) or 'builtin' (the built-in rules) (default: $DSA_OPS_POLICY or this host's "

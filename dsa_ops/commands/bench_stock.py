@@ -193,7 +193,9 @@ def run(args: argparse.Namespace) -> int:
                 f"{meta['torch']}; triton {meta['triton']}; {meta['date']}\n\nk = {args.k}. {meta['timing']}. "
                 f"Stock = what vLLM 0.33.0's `auto` runs for the call (cooperative_topk up to 64 rows on SM90+, "
                 f"then persistent_topk, else top_k_per_row_decode; max_seq_len = the step's longest length), routed = "
-                f"`dsa_ops.topk_decode` under the policy; both after vLLM's -1 fill of the buffer rows "
+                f"what the vLLM route runs under the policy (`dsa_ops.topk_decode`, or vLLM's own kernel call where "
+                f"the policy picks vllm_persistent / vllm_cooperative; each policy's backend column names it); "
+                f"both after vLLM's -1 fill of the buffer rows "
                 f"(dsa_ops/commands/bench_stock.py). Target: routed <= stock + {TOLERANCE_US:g} us. "
                 f"Policies: " + ", ".join(f"{lab} = {p.name} (`{p.content_hash()[:16]}`)" for lab, p in
                                           pols.items()) + f".\n\n{text}\n\n" + "\n".join(summary) + "\n")
