@@ -250,3 +250,15 @@ def test_help_and_bench_notes_name_no_issue_numbers(capsys):
             cli.main([name, "--help"])
         texts[f"{name} --help"] = capsys.readouterr().out
     assert {k: ref.findall(v) for k, v in texts.items() if ref.search(v)} == {}
+
+
+def test_bench_adapter_cost_past_64_rows_compares_cooperative_with_raw_persistent():
+    """Past vLLM's 64-row cooperative limit the vllm_cooperative adapter runs persistent_topk, so
+    the adapter-cost table takes raw persistent_topk as its raw side there."""
+    from dsa_ops.commands.bench import _overhead_table
+
+    recs = [{"family": "decode", "rows": r, "width": 100, "length": 50, "backend": b, "median_us": us}
+            for r in (64, 65) for b, us in (("vllm_cooperative:raw+fill", 5.0), ("vllm_cooperative", 6.0),
+                                            ("vllm_persistent:raw", 7.0))]
+    text = _overhead_table(recs, ["vllm_cooperative:raw+fill", "vllm_persistent:raw"])
+    assert "| 64 | 100 | 50 | - | 5.0 / 6.0 / +1.0 |" in text and "| 65 | 100 | 50 | - | 7.0 / 6.0 / -1.0 |" in text

@@ -204,7 +204,7 @@ def _overhead_table(records: list[dict], raws: list[str]) -> str:
         cells = [str(rows), str(width), str(length)]
         for raw, base in pairs:
             a, b = by.get((rows, width, length, raw)), by.get((rows, width, length, base))
-            if raw.startswith("vllm_cooperative") and rows > 64:
+            if not bench_raw.supported(raw, rows):
                 a = by.get((rows, width, length, "vllm_persistent:raw"))  # the adapter runs persistent there
             cells.append(f"{a['median_us']:.1f} / {b['median_us']:.1f} / {b['median_us'] - a['median_us']:+.1f}"
                          if a and b else "-")

@@ -52,4 +52,4 @@ def raw_call(raw: str, x: torch.Tensor, lens: torch.Tensor, k: int, out: torch.T
 
 def supported(raw: str, rows: int) -> bool:
     """cooperative_topk runs at most 64 rows (the adapter hands more to persistent)."""
-    return not (raw.startswith("vllm_cooperative") and rows > 64)
+    return not (raw.startswith("vllm_cooperative") and rows > vllm_radix.COOPERATIVE_MAX_ROWS)
