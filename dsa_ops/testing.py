@@ -96,5 +96,11 @@ def assert_prefill_equivalent(
     assert_window_equivalent(got, logits, row_starts, row_ends, k, stable=stable)
 
 
+def sample_rows(rows: int, n: int) -> Tensor:
+    """Up to ``n`` row indices of ``rows`` to check against the reference: the first, the last
+    and evenly spaced ones between (what the bench and calibrate check before they time)."""
+    return torch.unique(torch.linspace(0, rows - 1, steps=min(rows, n)).round().long())
+
+
 # The generic checker's other name (the one the style guide's test sketch uses).
 assert_topk_equivalent = assert_window_equivalent

@@ -114,3 +114,13 @@ def test_prefill_wrapper_uses_sequence_local_indices():
 
 def test_generic_alias_is_the_window_checker():
     assert assert_topk_equivalent is assert_window_equivalent
+
+
+def test_sample_rows_keeps_the_first_and_last_row_and_at_most_n():
+    """The rows bench and calibrate check: first, last, evenly spaced, never more than n."""
+    from dsa_ops.testing import sample_rows
+
+    assert sample_rows(1, 8).tolist() == [0]
+    assert sample_rows(5, 8).tolist() == [0, 1, 2, 3, 4]
+    got = sample_rows(512, 64).tolist()
+    assert len(got) == 64 and got[0] == 0 and got[-1] == 511 and got == sorted(set(got))

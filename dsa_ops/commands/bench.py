@@ -93,14 +93,9 @@ def _log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def _sub(rows: int, n: int) -> torch.Tensor:
-    """Row indices checked against the reference: first, last and evenly spaced ones."""
-    return torch.unique(torch.linspace(0, rows - 1, steps=min(rows, n)).round().long())
-
-
 def _verify(family: str, got: torch.Tensor, x: torch.Tensor, a: torch.Tensor, b: torch.Tensor | None,
             k: int, n: int) -> str:
-    idx = _sub(x.shape[0], n).to(x.device)
+    idx = testing.sample_rows(x.shape[0], n).to(x.device)
     try:
         if family == "decode":
             testing.assert_decode_equivalent(got[idx], x[idx], a[idx], k)

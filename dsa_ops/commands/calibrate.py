@@ -125,10 +125,6 @@ def stock_guard(value: str) -> Optional[float]:
     return tol
 
 
-def _subset(rows: int) -> torch.Tensor:
-    return torch.unique(torch.linspace(0, rows - 1, steps=min(rows, CHECK_ROWS)).round().long())
-
-
 def _log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
@@ -149,7 +145,7 @@ def measure(args: argparse.Namespace, progress: Callable[[str], None] = _log, ti
     from dsa_ops import ops
     from dsa_ops.calibration import Measurement
     from dsa_ops.calibration_rows import STOCK
-    from dsa_ops.testing import assert_decode_equivalent, assert_prefill_equivalent
+    from dsa_ops.testing import assert_decode_equivalent, assert_prefill_equivalent, sample_rows
 
     if timer is None:
         from dsa_ops.benchmarking import time_eager, time_graph
@@ -185,7 +181,7 @@ def measure(args: argparse.Namespace, progress: Callable[[str], None] = _log, ti
             res = torch.empty(rows, k, dtype=torch.int32, device=device)
             if family == "decode":
                 lens = torch.full((rows,), length, dtype=torch.int32, device=device)
-                idx = _subset(rows).to(device)
+                idx = sample_rows(rows, CHECK_ROWS).to(device)
             else:  # one causal chunk: row r ends at C - R + r + 1
                 starts = torch.zeros(rows, dtype=torch.int32, device=device)
                 ends = (torch.arange(rows, device=device, dtype=torch.int32) + (length - rows + 1)).clamp(min=0)
