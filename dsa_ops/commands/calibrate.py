@@ -13,12 +13,20 @@ import json
 import os
 import sys
 import time
+from dataclasses import asdict
 from typing import Callable, Optional
 
 import torch
 
 import dsa_ops
-from dsa_ops import stock
+from dsa_ops import ops, stock
+from dsa_ops import policy as P
+from dsa_ops.backends.base import Query, module_version
+from dsa_ops.benchmarking import time_eager, time_graph
+from dsa_ops.calibration import Measurement
+from dsa_ops.calibration_rows import STOCK, Regret, build_row_policy, parse_context_mix, regret_table
+from dsa_ops.commands import checks
+from dsa_ops.testing import assert_decode_equivalent, assert_prefill_equivalent, sample_rows
 
 HELP = "measure backends on this GPU and write a calibrated policy JSON (row and width bands)"
 
@@ -63,8 +71,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _candidates(names: str | None, k: int, width: int) -> list[str]:
-    from dsa_ops.backends.base import Query
-
     pool = dsa_ops.backends(include_test_only=bool(names))
     chosen = names.split(",") if names else [n for n in pool if n not in BASELINES]
     for n in chosen:
@@ -75,16 +81,12 @@ def _candidates(names: str | None, k: int, width: int) -> list[str]:
 def _serving(names: list[str], family: str, k: int, width: int) -> list[str]:
     """The candidates that serve this family at this width (decode-only backends such as
     vllm_persistent have no prefill op and are left out of the prefill points)."""
-    from dsa_ops.backends.base import Query
-
     pool = dsa_ops.backends(include_test_only=True)
     return [n for n in names if pool[n].check(Query(family, "cuda", k, width))]
 
 
 def grid(args: argparse.Namespace) -> tuple[list[int], list[int], list[int], list[int]]:
     """(rows, widths, lengths, prefill seqlens) to measure; the mix's lengths join the lengths."""
-    from dsa_ops.commands import checks
-
     rows = checks.int_list("rows", args.rows, empty=False)
     widths = checks.int_list("widths", args.widths, empty=False)
     lengths = checks.int_list("lengths", args.lengths, empty=False)
@@ -97,9 +99,6 @@ def grid(args: argparse.Namespace) -> tuple[list[int], list[int], list[int], lis
 
 
 def mix_of(args: argparse.Namespace) -> Optional[dict[int, float]]:
-    from dsa_ops.calibration_rows import parse_context_mix
-    from dsa_ops.commands import checks
-
     if not args.context_mix:
         return None
     try:
@@ -112,8 +111,6 @@ def mix_of(args: argparse.Namespace) -> Optional[dict[int, float]]:
 
 def stock_guard(value: str) -> Optional[float]:
     """``--stock-guard``: a tolerance in us (>= 0), or None for 'off'."""
-    from dsa_ops.commands import checks
-
     if value.strip().lower() == "off":
         return None
     try:
@@ -140,16 +137,7 @@ def measure(args: argparse.Namespace, progress: Callable[[str], None] = _log, ti
     ``stock_capability`` says which device to take stock vLLM's choice for), each decode shape
     also gets ``stock``: the kernel stock vLLM 0.33.0 runs for the call with the shape's L as its
     bound, timed alone (vLLM -1 fills the buffer before it, routed or not), checked after that fill."""
-    from dataclasses import asdict
-
-    from dsa_ops import ops
-    from dsa_ops.calibration import Measurement
-    from dsa_ops.calibration_rows import STOCK
-    from dsa_ops.testing import assert_decode_equivalent, assert_prefill_equivalent, sample_rows
-
     if timer is None:
-        from dsa_ops.benchmarking import time_eager, time_graph
-
         def timer(call, family):  # noqa: F811
             return (time_graph(call, reps=args.reps) if family == "decode" else time_eager(call, reps=5, warmup=1)).median
 
@@ -235,9 +223,6 @@ def measure(args: argparse.Namespace, progress: Callable[[str], None] = _log, ti
 def load_measurements(path: str) -> tuple[list, dict]:
     """Measurements (and the meta, for a policy JSON) from a calibrate policy JSON or its
     ``.measurements.jsonl``."""
-    from dsa_ops.calibration import Measurement
-    from dsa_ops.commands import checks
-
     try:
         with open(path, encoding="utf-8") as f:
             text = f.read()
@@ -256,8 +241,6 @@ def load_measurements(path: str) -> tuple[list, dict]:
 
 def report(policy, ms: list) -> str:
     """The markdown report: timings, the bands and their reasons, the regret table."""
-    from dsa_ops.calibration_rows import Regret, regret_table
-
     meta = policy.meta
     names = sorted({m.backend for m in ms})
     lines = [f"# Calibrated policy: {policy.name}", "",
@@ -330,10 +313,6 @@ def report(policy, ms: list) -> str:
 def report_path(out: str, given: str | None) -> str:
     """The report's path (``--report``, else ``--out`` with its extension replaced by .md),
     with both paths checked before anything is measured."""
-    import os
-
-    from dsa_ops.commands import checks
-
     checks.output_file("out", out)
     rep = given or os.path.splitext(out)[0] + ".md"
     checks.output_file("report", rep)
@@ -347,8 +326,6 @@ def _sink_path(out: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dsa_ops.commands import checks
-
     checks.top_k(args.k)
     checks.at_least("reps", args.reps, 1)
     wanted = checks.backend_names("backends", args.backends)
@@ -360,10 +337,6 @@ def run(args: argparse.Namespace) -> int:
         raise checks.UsageError(f"--backends: {', '.join(faulty)} {'has' if len(faulty) == 1 else 'have'} a known "
                                 f"fault on legal input, so calibration never chooses it; name another backend too")
     args.report = report_path(args.out, args.report)
-    from dsa_ops import policy as P
-    from dsa_ops.backends.base import module_version
-    from dsa_ops.calibration_rows import build_row_policy
-
     if args.from_measurements:
         measuring = {"rows": ",".join(map(str, DECODE_ROWS)), "widths": ",".join(map(str, DECODE_WIDTHS)),
                      "lengths": ",".join(map(str, DECODE_LENGTHS)), "prefill_seqlens": ",".join(map(str, PREFILL_SEQLENS)),
@@ -373,8 +346,6 @@ def run(args: argparse.Namespace) -> int:
             raise checks.UsageError(f"--{given[0].replace('_', '-')}: only for a measuring run; --from-measurements "
                                     f"rebuilds from the stored grid (--backends and --context-mix choose from it)")
         ms, meta = load_measurements(args.from_measurements)
-        from dsa_ops.calibration_rows import STOCK
-
         measured = sorted({m.backend for m in ms} - {STOCK})
         unmeasured = [n for n in wanted if n not in measured]
         if unmeasured:
