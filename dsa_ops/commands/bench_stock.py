@@ -31,6 +31,10 @@ from typing import Any, Callable, Optional
 
 import torch
 
+import dsa_ops
+from dsa_ops import policy as P
+from dsa_ops.benchmarking import capture, time_graph
+from dsa_ops.commands import bench, checks  # bench imports this module only in its check_args / run
 from dsa_ops.stock import KERNELS, available, stock_call, stock_choice
 
 TOLERANCE_US = 1.0  # the target: routed <= stock + 1 us
@@ -41,7 +45,6 @@ def routed_call(x: torch.Tensor, lens: torch.Tensor, k: int, out: torch.Tensor, 
     """The routed call: the same -1 fill, then what the CUDA vLLM route runs under ``pol``
     (``passes.vllm_route.route_decode``: ``dsa_ops.topk_decode``, or stock vLLM's own kernel
     call where the policy picks one of vLLM's radix kernels)."""
-    import dsa_ops
     from passes import vllm_route
 
     def call() -> None:
@@ -54,7 +57,6 @@ def routed_call(x: torch.Tensor, lens: torch.Tensor, k: int, out: torch.Tensor, 
 
 def routed_runs(x: torch.Tensor, k: int, pol, device: str) -> str:
     """What the routed call runs: the policy's backend, or vLLM's kernel called as stock does."""
-    from dsa_ops import policy as P
     from passes import vllm_route
 
     kernel = vllm_route.vllm_kernel(x, k, pol)
@@ -65,8 +67,6 @@ def routed_runs(x: torch.Tensor, k: int, pol, device: str) -> str:
 
 def _graph_runner(call: Callable[[], None], reps: int) -> tuple[Callable[[], None], Callable[[], dict]]:
     """(one replay, the timing) of ``call`` captured in a CUDA graph, as the bench times decode."""
-    from dsa_ops.benchmarking import capture, time_graph
-
     graph = capture(call)
     return graph.replay, lambda: time_graph(call, reps=reps, graph=graph).summary()
 
@@ -75,8 +75,6 @@ def case(rows: int, width: int, length: Any, k: int, reps: int, nver: int, polic
          runner: Callable = _graph_runner, capability: Optional[tuple[int, int]] = None) -> list[dict]:
     """One decode shape: the stock record, then one routed record per policy. Each output is
     checked after one replay of its graph (``runner``: tests pass an eager one)."""
-    from dsa_ops.commands.bench import _verify
-
     g = torch.Generator(device=device).manual_seed(rows * 7 + width)
     x = torch.randn(rows, width, device=device, generator=g)
     if length == "mixed":
@@ -96,7 +94,7 @@ def case(rows: int, width: int, length: Any, k: int, reps: int, nver: int, polic
         once, timed = runner(call, reps)
         out.fill_(-7)
         once()
-        status = _verify("decode", out, x, lens, None, k, nver)
+        status = bench._verify("decode", out, x, lens, None, k, nver)
         records.append({**base, "side": side, "runs": what, **timed(), "verified": status})
         once = timed = None  # the graph goes before the next one is captured
     return records
@@ -142,9 +140,6 @@ def policies(value: str) -> dict:
     """``--policy`` for --stock: label -> Policy. Items: a JSON file (labelled by its name),
     'default' (this host's default, :func:`dsa_ops.policy.default`) or 'builtin' (the built-in
     rules, :data:`dsa_ops.policy.DEFAULT`); empty: the current policy."""
-    from dsa_ops import policy as P
-    from dsa_ops.commands import checks
-
     items = [x.strip() for x in value.split(",") if x.strip()]
     if not items:
         return {"current": checks.policy(None)}
@@ -160,14 +155,12 @@ def policies(value: str) -> dict:
 
 def run(args: argparse.Namespace) -> int:
     """--stock: per decode shape, stock vLLM's own choice and the routed call, side by side."""
-    from dsa_ops.commands.bench import _ints, _log, _meta
-
     why = available()
     if why:
         print(f"dsa-ops bench --stock: needs vLLM's compiled top-k ops (docs/vllm-kernels.md); {why}", file=sys.stderr)
         return 2
     pols = policies(args.policy)
-    shapes = [(r, w, length) for w in _ints(args.widths) for r in _ints(args.rows)
+    shapes = [(r, w, length) for w in bench._ints(args.widths) for r in bench._ints(args.rows)
               for length in [x if x == "mixed" else int(x) for x in args.lengths.split(",") if x]]
     records: list[dict] = []
     t0 = time.monotonic()
@@ -179,10 +172,10 @@ def run(args: argparse.Namespace) -> int:
                      "skipped": f"error: {exc!r}"[:300]}]
         records += recs
         torch.cuda.empty_cache()
-        _log(f"[{i}/{len(shapes)}] {time.monotonic() - t0:6.1f}s rows={rows} W={w} L={length}: " + ", ".join(
+        bench._log(f"[{i}/{len(shapes)}] {time.monotonic() - t0:6.1f}s rows={rows} W={w} L={length}: " + ", ".join(
             f"{r['side']} ({r.get('runs', '?')}) " + (f"{r['median_us']:.1f} us {r['verified']}" if "median_us" in r
                                                      else r.get("skipped", "")) for r in recs))
-    meta = _meta()
+    meta = bench._meta()
     text, summary = table(records, list(pols))
     print(text + "\n\n" + "\n".join(summary))
     with open(os.path.join(args.out, "bench.json"), "w") as f:
