@@ -470,3 +470,11 @@ def test_for_the_route_vllms_backends_cost_what_stock_does_where_the_route_makes
     assert calibrated(plain) == [(None, "cuda")] and calibrated(route) == [(None, "vllm_cooperative")]
     assert route.meta["for_vllm_route"] and route.meta["measurements"] == plain.meta["measurements"]
     assert all(g["chosen_us"] == 10.0 for g in route.meta["regret"] if g["length"] != "mix")
+
+
+def test_candidates_take_the_backend_list_as_the_option_check_does():
+    """--backends 'reference, torch_topk' passes the option check (names stripped); the measuring
+    run's candidate list must read it the same way (it looked up ' torch_topk' and raised)."""
+    from dsa_ops.commands import calibrate
+
+    assert calibrate._candidates("reference, torch_topk,", 2048, 1000) == ["reference", "torch_topk"]

@@ -71,10 +71,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _candidates(names: str | None, k: int, width: int) -> list[str]:
-    pool = dsa_ops.backends(include_test_only=bool(names))
-    chosen = names.split(",") if names else [n for n in pool if n not in BASELINES]
-    for n in chosen:
-        dsa_ops.backends.get(n)  # ValueError names unknown backends
+    named = checks.backend_names("backends", names)  # stripped, each registered, as run() checked them
+    pool = dsa_ops.backends(include_test_only=bool(named))
+    chosen = named or [n for n in pool if n not in BASELINES]
     return [n for n in chosen if pool[n].check(Query("decode", "cuda", k, width))]
 
 
