@@ -262,3 +262,26 @@ def test_bench_adapter_cost_past_64_rows_compares_cooperative_with_raw_persisten
                                             ("vllm_persistent:raw", 7.0))]
     text = _overhead_table(recs, ["vllm_cooperative:raw+fill", "vllm_persistent:raw"])
     assert "| 64 | 100 | 50 | - | 5.0 / 6.0 / +1.0 |" in text and "| 65 | 100 | 50 | - | 7.0 / 6.0 / -1.0 |" in text
+
+
+def test_bench_e2e_reads_its_backend_list_as_the_option_check_does(tmp_path, monkeypatch):
+    """--e2e-backends 'reference, torch_topk' passes the option check (names stripped); the run
+    must time those two (it looked up ' torch_topk' and raised)."""
+    import argparse
+
+    from dsa_ops import e2e
+    from dsa_ops.commands import bench_e2e
+
+    seen = []
+
+    def fake_bench(names, contexts, batches, reps, progress):
+        seen.append((names, contexts, batches))
+        return [{"context": 4096, "batch": 1, "backend": n, "step_us": 1.0, "kernels": 3, "mismatches": 0}
+                for n in names]
+
+    monkeypatch.setattr(e2e, "bench_e2e", fake_bench)
+    args = argparse.Namespace(e2e_backends="reference, torch_topk,", e2e_contexts="4096", e2e_batches="1", reps=30,
+                              out=str(tmp_path))
+    meta = {"device": "d", "torch": "t", "triton": "tr", "date": "x"}
+    assert bench_e2e.run(args, meta) == 0
+    assert seen == [(["reference", "torch_topk"], [4096], [1])]

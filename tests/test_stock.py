@@ -115,7 +115,7 @@ def test_run_writes_the_side_by_side_table(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(S, "case", fake_case)
     monkeypatch.setattr(bench, "_meta", lambda: {"device": "H100 (fake)", "torch": "t", "triton": "tr", "date": "d",
                                                  "timing": "graph replay"})
-    args = argparse.Namespace(widths="133120", rows="1,2", lengths="4096,mixed", k=2048, reps=30, verify_rows=8,
+    args = argparse.Namespace(widths="133120", rows="1,2", lengths="4096, mixed", k=2048, reps=30, verify_rows=8,
                               policy="builtin", out=str(tmp_path))
     assert S.run(args) == 0
     md = (tmp_path / "bench.md").read_text()

@@ -351,16 +351,16 @@ def run(args: argparse.Namespace) -> int:
         from dsa_ops.commands import bench_stock
 
         return bench_stock.run(args)
-    wanted = [n for n in args.backends.split(",") if n] or list(dsa_ops.backends())
-    names = [n for n in wanted if dsa_ops.backends()[n].availability()]
+    wanted = checks.backend_names("backends", args.backends) or list(dsa_ops.backends())
+    names = [n for n in wanted if dsa_ops.backends.get(n).availability()]
     for n in wanted:
         if n not in names:
-            _log(f"skipping backend {n}: {dsa_ops.backends()[n].availability().reason}")
+            _log(f"skipping backend {n}: {dsa_ops.backends.get(n).availability().reason}")
     raws = [] if args.no_raw else bench_raw.raw_names(names)
     cases: list[tuple[str, dict, Callable[[str], dict]]] = []
     for w in _ints(args.widths):
         for rows in _ints(args.rows):
-            for length in [x if x == "mixed" else int(x) for x in args.lengths.split(",") if x]:
+            for length in checks.int_list("lengths", args.lengths, 0, extra=("mixed",)):
                 meta = {"family": "decode", "rows": rows, "width": w, "length": length}
                 cases.append(("decode", meta, lambda n, r=rows, w=w, l=length: _decode_case(n, r, w, l, args.k, args.reps, args.verify_rows)))
     for c in _ints(args.prefill_c):
@@ -378,7 +378,7 @@ def run(args: argparse.Namespace) -> int:
             rec = {**meta, "backend": n}
             rec["targets"] = _targets(rec)
             base = bench_raw.RAW.get(n, n)
-            sup = dsa_ops.backends()[base].check(Query(family, "cuda", args.k, meta["width"]))
+            sup = dsa_ops.backends.get(base).check(Query(family, "cuda", args.k, meta["width"]))
             too_big = n == "reference" and (family == "prefill" or meta["rows"] * meta["width"] > args.ref_max_elems)
             if not sup or too_big:
                 rec["skipped"] = "too slow at this size" if too_big else sup.reason

@@ -9,6 +9,7 @@ import sys
 
 import dsa_ops
 from dsa_ops import e2e
+from dsa_ops.commands import checks
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -39,7 +40,7 @@ def table(rows: list[dict]) -> str:
 
 def run(args: argparse.Namespace, meta: dict) -> int:
     names = []
-    for n in (x for x in args.e2e_backends.split(",") if x):
+    for n in checks.backend_names("e2e-backends", args.e2e_backends):
         sup = dsa_ops.backends.get(n).availability()
         if sup:
             names.append(n)

@@ -161,7 +161,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     pols = policies(args.policy)
     shapes = [(r, w, length) for w in bench._ints(args.widths) for r in bench._ints(args.rows)
-              for length in [x if x == "mixed" else int(x) for x in args.lengths.split(",") if x]]
+              for length in checks.int_list("lengths", args.lengths, 0, extra=("mixed",))]
     records: list[dict] = []
     t0 = time.monotonic()
     for i, (rows, w, length) in enumerate(shapes, 1):
