@@ -84,3 +84,16 @@ def test_user_docs_name_no_issue_numbers():
     hits = [f"{_rel(p)}:{i}: {line.strip()[:80]}" for p in USER_DOCS
             for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1) if ISSUE_REF.search(line)]
     assert hits == []
+
+
+def test_the_policy_json_example_loads_and_names_no_faulting_backend():
+    """docs/policy.md's JSON example is a policy dsa_ops.policy.from_dict accepts, and it routes to
+    no backend with a known fault (no policy can pick one: Backend.faults)."""
+    import json
+
+    import dsa_ops
+    from dsa_ops import policy as P
+
+    text = (ROOT / "docs" / "policy.md").read_text(encoding="utf-8").split("## JSON format", 1)[1]
+    pol = P.from_dict(json.loads(text.split("```json", 1)[1].split("```", 1)[0]))
+    assert not [n for n in pol.backends_named() if dsa_ops.backends.get(n).faults]
