@@ -125,6 +125,8 @@ BAD = [
     (["calibrate", "--from-measurements", "docs/benchmarks/h100-cal.json", "--rows", "1,2"],
      "--rows: only for a measuring run; --from-measurements rebuilds from the stored grid"),
     (["calibrate", "--from-measurements", "docs/benchmarks/h100-cal.json", "--quick"], "--quick: only for a measuring"),
+    (["calibrate", "--from-measurements", "docs/benchmarks/h100-cal.json", "--k", "1024"],
+     "--k 1024: 'docs/benchmarks/h100-cal.json' was measured at k = 2048"),
     (["calibrate", "--backends", "vllm_cooperative"], "--backends: vllm_cooperative has a known fault on legal input"),
     (["calibrate", "--out", "p.json", "--report", "/nonexistent/r.md"], "--report: the folder '/nonexistent' does not"),
     (["demo", "--compile-backend", "tvm"], "--compile-backend tvm: needs the 'tvm' package"),

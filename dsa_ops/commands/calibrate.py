@@ -358,6 +358,8 @@ def run(args: argparse.Namespace) -> int:
         if wanted:
             ms = [m for m in ms if m.backend in wanted or m.backend == STOCK]
         meta = {k: v for k, v in meta.items() if k in ("device", "platform", "arch", "torch", "triton", "date", "k")}
+        if meta.get("k", args.k) != args.k and args.k != 2048:  # --k given, and not what was measured
+            raise checks.UsageError(f"--k {args.k}: {args.from_measurements!r} was measured at k = {meta['k']}")
         if "platform" not in meta or "arch" not in meta:
             raise checks.UsageError(f"--from-measurements: {args.from_measurements!r} names no platform / arch")
         meta.update(rebuilt_from=os.path.basename(args.from_measurements), backends=sorted({m.backend for m in ms}))
