@@ -10,6 +10,8 @@ the check tie-tolerant: any choice among equal keys passes, nothing else does. W
 
 from __future__ import annotations
 
+from typing import Optional
+
 import torch
 from torch import Tensor
 
@@ -51,21 +53,11 @@ def assert_window_equivalent(
             _fail("stable result differs from the reference", int(bad.nonzero()[0, 0]), got, want)
         return
     length = (e - s).clamp(min=0)
-    m = length.clamp(max=k)[:, None]
-    slot = torch.arange(k, device=dev)[None, :]
+    bad = shape_violation(got, length, k)
+    if bad is not None:
+        _fail(bad[0], bad[1], got, want)
     g = got.to(torch.int64)
-    valid_slot = slot < m
-    # Shape of the row: in-range prefix, -1 tail.
-    bad_tail = (~valid_slot & (g != -1)).any(dim=1)
-    bad_range = (valid_slot & ((g < 0) | (g >= length[:, None]))).any(dim=1)
-    for name, bad in (("slots past min(L, k) must be -1", bad_tail), ("index outside [0, L)", bad_range)):
-        if bool(bad.any()):
-            _fail(name, int(bad.nonzero()[0, 0]), got, want)
-    # Distinct: sorted valid prefix has no equal neighbours.
-    srt = torch.sort(torch.where(valid_slot, g, -1 - slot), dim=1).values
-    dup = (srt[:, 1:] == srt[:, :-1]) & (srt[:, 1:] >= 0)
-    if bool(dup.any(dim=1).any()):
-        _fail("duplicate index", int(dup.any(dim=1).nonzero()[0, 0]), got, want)
+    valid_slot = torch.arange(k, device=dev)[None, :] < length.clamp(max=k)[:, None]
     # Same key multiset as the reference's choice (tie-tolerant set comparison).
     cols_got = torch.where(valid_slot, g + s[:, None], 0).clamp(0, max(width - 1, 0))
     cols_want = torch.where(valid_slot, want.to(torch.int64) + s[:, None], 0).clamp(0, max(width - 1, 0))
@@ -77,6 +69,26 @@ def assert_window_equivalent(
     bad = (torch.sort(kg, dim=1).values != torch.sort(kw, dim=1).values).any(dim=1)
     if bool(bad.any()):
         _fail("chosen keys differ from the k best keys (not a tie)", int(bad.nonzero()[0, 0]), got, want)
+
+
+def shape_violation(got: Tensor, length: Tensor, k: int) -> Optional[tuple[str, int]]:
+    """The contract's shape, which every backend meets, exact on special values or not: per row
+    r, the first min(L_r, k) slots hold distinct indices in [0, L_r) and the rest are -1.
+    ``length``: (R,) window lengths, already clamped to [0, W]. (what is wrong, the first bad
+    row), or None."""
+    g = got.to(length.device, torch.int64)
+    slot = torch.arange(k, device=length.device)[None, :]
+    valid_slot = slot < length.to(torch.int64).clamp(max=k)[:, None]
+    bad_tail = (~valid_slot & (g != -1)).any(dim=1)
+    bad_range = (valid_slot & ((g < 0) | (g >= length[:, None]))).any(dim=1)
+    # Distinct: the sorted valid prefix has no equal neighbours.
+    srt = torch.sort(torch.where(valid_slot, g, -1 - slot), dim=1).values
+    dup = ((srt[:, 1:] == srt[:, :-1]) & (srt[:, 1:] >= 0)).any(dim=1)
+    for name, bad in (("slots past min(L, k) must be -1", bad_tail), ("index outside [0, L)", bad_range),
+                      ("duplicate index", dup)):
+        if bool(bad.any()):
+            return name, int(bad.nonzero()[0, 0])
+    return None
 
 
 def assert_decode_equivalent(

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import torch
 
+from dsa_ops.testing import shape_violation
+
 NEG_NAN = 0xFFC00000  # sign-set quiet NaN
 POS_NAN = 0x7FC00000
 # The rows of the report: W 133120, k 2048, one row of each length.
@@ -42,16 +44,7 @@ def special_rows(lengths, width=WIDTH, finite=1024, nans=6144, nan_bits=(NEG_NAN
 
 
 def structural(got: torch.Tensor, lengths: torch.Tensor, width: int, k: int) -> str:
-    """'' when every row holds min(L, k) distinct indices in [0, L) and -1 after; else why.
-    (The shape every backend must meet, exact on special values or not.)"""
-    got = got.cpu().long()
-    for r, length in enumerate(lengths.cpu().clamp(0, width).tolist()):
-        m = min(length, k)
-        head, tail = got[r, :m], got[r, m:]
-        if bool((tail != -1).any()):
-            return f"row {r}: a slot past min(L, k) = {m} is not -1"
-        if bool(((head < 0) | (head >= length)).any()):
-            return f"row {r}: an index outside [0, {length})"
-        if head.unique().numel() != m:
-            return f"row {r}: repeated indices"
-    return ""
+    """'' when every row has the contract's shape (:func:`dsa_ops.testing.shape_violation`:
+    min(L, k) distinct indices in [0, L), then -1), else which row breaks it and how."""
+    bad = shape_violation(got, lengths.to(torch.int64).clamp(0, width), k)
+    return "" if bad is None else f"row {bad[1]}: {bad[0]}"
